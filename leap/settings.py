@@ -1,0 +1,95 @@
+"""One frozen settings object, read once from the environment.
+
+Every process (workers, CLI, tests) builds its connections from :class:`Settings`, so a
+deployment changes one set of variables and nothing else. Secrets are kept out of ``repr``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Ports of the project's own local services. They are not the well-known 9092/6379 so that
+#: ``leap services up`` never collides with a broker or server the user already runs.
+LOCAL_KAFKA_PORT = 19092
+LOCAL_KAFKA_CONTROLLER_PORT = 19093
+LOCAL_REDIS_PORT = 16379
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Connection and runtime settings.
+
+    Parameters
+    ----------
+    kafka_bootstrap
+        ``host:port[,host:port]`` of the Kafka cluster.
+    redis_url
+        ``redis://`` or ``rediss://`` URL of the online store.
+    home
+        Folder for local service data, logs, the model registry and reports (git-ignored).
+    key_prefix
+        Prefix of every Redis key this deployment writes.
+    kafka_security
+        Extra librdkafka-style client settings (``security.protocol``, ``sasl.*``, ``ssl.*``),
+        passed through to every Kafka client. Values are never logged.
+    """
+
+    kafka_bootstrap: str = f"127.0.0.1:{LOCAL_KAFKA_PORT}"
+    redis_url: str = f"redis://127.0.0.1:{LOCAL_REDIS_PORT}/0"
+    home: Path = field(default_factory=lambda: _repo_root() / ".leap")
+    key_prefix: str = "leap"
+    kafka_security: dict[str, str] = field(default_factory=dict, repr=False)
+    kafka_from_env: bool = False
+    redis_from_env: bool = False
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        """Build settings from ``LEAP_*`` environment variables."""
+        env = dict(os.environ if env is None else env)
+        security: dict[str, str] = {}
+        for var, key in (
+            ("LEAP_KAFKA_SECURITY_PROTOCOL", "security.protocol"),
+            ("LEAP_KAFKA_SASL_MECHANISM", "sasl.mechanism"),
+            ("LEAP_KAFKA_SASL_USERNAME", "sasl.username"),
+            ("LEAP_KAFKA_SASL_PASSWORD", "sasl.password"),
+            ("LEAP_KAFKA_SSL_CAFILE", "ssl.ca.location"),
+        ):
+            if env.get(var):
+                security[key] = env[var]
+        defaults = cls()
+        return cls(
+            kafka_bootstrap=env.get("LEAP_KAFKA_BOOTSTRAP") or defaults.kafka_bootstrap,
+            redis_url=env.get("LEAP_REDIS_URL") or defaults.redis_url,
+            home=Path(env["LEAP_HOME"]) if env.get("LEAP_HOME") else defaults.home,
+            key_prefix=env.get("LEAP_KEY_PREFIX") or defaults.key_prefix,
+            kafka_security=security,
+            kafka_from_env=bool(env.get("LEAP_KAFKA_BOOTSTRAP")),
+            redis_from_env=bool(env.get("LEAP_REDIS_URL")),
+        )
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.home / "registry"
+
+    def confluent_config(self, **extra: str | int | float | bool) -> dict[str, str | int | float | bool]:
+        """librdkafka configuration for confluent-kafka clients."""
+        conf: dict[str, str | int | float | bool] = {"bootstrap.servers": self.kafka_bootstrap}
+        conf.update(self.kafka_security)
+        conf.update(extra)
+        return conf
+
+
+def redact(url: str) -> str:
+    """A URL with any password replaced, for logs and status output."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"

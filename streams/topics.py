@@ -1,0 +1,64 @@
+"""The one place that names LEAP's topics, their partition counts and configs.
+
+Workers never rely on broker auto-creation: ``leap topics create`` (and every worker at start-up)
+creates what is missing and leaves existing topics alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from leap.settings import Settings
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    doc: str = ""
+
+
+SUBMISSIONS = Topic("leap.submissions", 6, {"retention.ms": str(14 * DAY_MS)}, "scheduler -> predictor")
+JOB_STARTS = Topic("leap.job-starts", 6, {"retention.ms": str(90 * DAY_MS)}, "cluster -> feature agents")
+JOB_FINISHES = Topic("leap.job-finishes", 6, {"retention.ms": str(90 * DAY_MS)}, "cluster -> feature agents")
+RANKINGS = Topic("leap.rankings", 6, {"retention.ms": str(14 * DAY_MS)}, "predictor -> scheduler, dashboards")
+MODELS = Topic(
+    "leap.models",
+    1,
+    {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.ms": str(3600 * 1000)},
+    "model registry -> predictors (compacted: the latest announcement per key survives)",
+)
+DEAD_LETTER = Topic("leap.dead-letter", 3, {"retention.ms": str(30 * DAY_MS)}, "anything rejected")
+
+ALL_TOPICS: tuple[Topic, ...] = (SUBMISSIONS, JOB_STARTS, JOB_FINISHES, RANKINGS, MODELS, DEAD_LETTER)
+#: Key under which the current model is announced on the compacted models topic.
+CURRENT_MODEL_KEY = b"current"
+
+
+def create_topics(settings: Settings, topics: tuple[Topic, ...] = ALL_TOPICS, timeout: float = 30.0) -> dict[str, str]:
+    """Create missing topics. Returns ``{name: "created" | "exists"}``; raises on other errors."""
+    admin = AdminClient(settings.confluent_config())
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    result = {t.name: "exists" for t in topics if t.name in existing}
+    wanted = [
+        NewTopic(t.name, num_partitions=t.partitions, replication_factor=-1, config=dict(t.config))
+        for t in topics
+        if t.name not in existing
+    ]
+    if wanted:
+        for name, future in admin.create_topics(wanted, operation_timeout=timeout).items():
+            try:
+                future.result()
+                result[name] = "created"
+            except KafkaException as exc:
+                if exc.args and exc.args[0].name() == "TOPIC_ALREADY_EXISTS":
+                    result[name] = "exists"
+                else:
+                    raise
+    return result
