@@ -1,0 +1,55 @@
+"""Redis key layout of the online store: the one place that spells a key.
+
+Every key of one job carries the ``{job_key}`` hash tag, so a job's keys share one Redis
+Cluster slot and one Lua script can update them atomically. Lookup aggregates are tagged by
+their model type (or family) for the same reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Newest observations kept per (job, hardware) for the robust estimate (median).
+JOB_WINDOW = 8
+#: Newest observations kept per (model type or family, hardware) for the lookup median.
+LOOKUP_WINDOW = 64
+#: Seconds a job's de-duplication set lives after its last write.
+SEEN_TTL_S = 90 * 24 * 3600
+#: Fields of the job hash that are job-level counters rather than hardware types.
+META_PREFIX = "_"
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """Builds every key from one prefix (``Settings.key_prefix``)."""
+
+    prefix: str = "leap"
+
+    def job(self, job_key: str) -> str:
+        """Hash: field per hardware -> ``n,last_time,last_value,robust`` (+ ``_``-prefixed counters)."""
+        return f"{self.prefix}:job:{{{job_key}}}"
+
+    def job_window(self, job_key: str) -> str:
+        """Hash: field per hardware -> the newest observations, ``time id value;...`` (scripts only)."""
+        return f"{self.prefix}:job:{{{job_key}}}:win"
+
+    def job_seen(self, job_key: str) -> str:
+        """Set of event ids already applied to this job."""
+        return f"{self.prefix}:job:{{{job_key}}}:seen"
+
+    def lookup_model(self, model_type: str) -> str:
+        """Hash: field per hardware -> ``n,median`` of per-accelerator throughput of a model type."""
+        return f"{self.prefix}:lookup:{{m:{model_type}}}"
+
+    def lookup_family(self, family: str) -> str:
+        """Hash: field per hardware -> ``n,median`` of per-accelerator throughput of a family."""
+        return f"{self.prefix}:lookup:{{f:{family}}}"
+
+    @staticmethod
+    def window_of(key: str) -> str:
+        """The window hash that backs an aggregate hash."""
+        return f"{key}:win"
+
+    def pattern(self) -> str:
+        """Glob matching every key of this layout (for scans and clean-up)."""
+        return f"{self.prefix}:*"

@@ -1,0 +1,13 @@
+-- Add one observation to a lookup aggregate (model type or family x hardware).
+-- Idempotent without a seen-set: an event already in the window is found there, and one
+-- that was evicted is older than every kept entry, so it is dropped again on arrival.
+-- KEYS: aggregate hash, aggregate window hash
+-- ARGV: event_id, event_time, hardware, per-accelerator throughput, window size
+-- Returns 1 when the observation entered the window, 0 otherwise.
+local entries, inserted, kept = window_insert(redis.call('HGET', KEYS[2], ARGV[3]), ARGV[2], ARGV[1],
+                                              ARGV[4], tonumber(ARGV[5]))
+if not (inserted and kept) then return 0 end
+local n = count_of(redis.call('HGET', KEYS[1], ARGV[3])) + 1
+redis.call('HSET', KEYS[1], ARGV[3], n .. ',' .. median(entries))
+redis.call('HSET', KEYS[2], ARGV[3], pack_window(entries))
+return 1

@@ -1,0 +1,202 @@
+"""The one function that turns (submission, feature snapshot, candidates) into model rows.
+
+Serving (the predictor agent) and training (``leap train``, backtests) both call
+:func:`build_rows`; nothing else builds a model row. Targets and predictions are
+**per-accelerator** throughput (samples/s per accelerator); multiply by ``num_accelerators``.
+
+Columns, by group (the drivers report ablates the groups):
+
+- ``config``: the job's training configuration;
+- ``hardware``: the candidate's identity and catalogue specs;
+- ``prior``: the job's own measured throughput, on the candidate and on other hardware;
+- ``lookup``: model-type and family medians per hardware (the lookup table's knowledge).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
+from leap.hardware import SPEC_FEATURES, Catalogue, HardwareType
+from streams.events import PRECISIONS, Submission
+
+#: Fraction of peak FLOP/s a typical training job reaches; only scales the cold-start estimate.
+ROOFLINE_MFU = 0.35
+NAN = float("nan")
+
+CATEGORICAL: tuple[str, ...] = ("hardware", "vendor", "model_type", "family", "framework", "prior_hw")
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "config": (
+        "log_params", "log_batch", "log_seq", "log_accelerators", "data_parallel", "tensor_parallel",
+        "pipeline_parallel", "precision_bits", "log_flops_per_sample", "model_type", "family", "framework",
+    ),
+    "hardware": (
+        "hardware", "vendor", *SPEC_FEATURES, "log_roofline", "spec_ratio_peak", "spec_ratio_bw",
+    ),
+    "prior": (
+        "prior_same_log", "prior_same_last_log", "prior_same_n", "prior_same_age_h",
+        "prior_other_log", "prior_other_n", "prior_other_age_h", "prior_hw", "prior_any_n",
+        "transfer_log", "attempts", "failed", "preempted",
+    ),
+    "lookup": (
+        "lookup_model_log", "lookup_model_n", "lookup_family_log", "lookup_family_n",
+        "lookup_model_prior_hw_log",
+    ),
+}
+COLUMNS: tuple[str, ...] = tuple(c for cols in GROUPS.values() for c in cols) + ("anchor_log",)
+
+_PRECISION_BITS = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
+assert set(_PRECISION_BITS) == set(PRECISIONS)
+
+Rows = dict[str, np.ndarray]
+
+
+def _log(x: float | None) -> float:
+    return math.log(x) if x is not None and x > 0 else NAN
+
+
+def _spec(hw: HardwareType | None, name: str) -> float:
+    return float(getattr(hw, name)) if hw is not None else NAN
+
+
+def _most_informative(prior: dict[str, PriorStat], exclude: str) -> tuple[str, PriorStat] | None:
+    """The job's other hardware with the most observations (newest on ties)."""
+    best: tuple[str, PriorStat] | None = None
+    for hw, stat in prior.items():
+        if hw == exclude:
+            continue
+        if best is None or (stat.n, stat.last_time, hw) > (best[1].n, best[1].last_time, best[0]):
+            best = (hw, stat)
+    return best
+
+
+def _lookup_log(table: dict[str, LookupStat], hw: str) -> float:
+    stat = table.get(hw)
+    return _log(stat.median) if stat is not None else NAN
+
+
+def flops_per_sample(sub: Submission) -> float:
+    """Training FLOPs per sample, ~6 x parameters x tokens (input size for non-token models)."""
+    return 6.0 * sub.params * sub.seq_len
+
+
+def build_rows(
+    sub: Submission,
+    snap: FeatureSnapshot,
+    candidates: Sequence[str],
+    catalogue: Catalogue,
+    now: float | None = None,
+) -> Rows:
+    """Model rows for one submission, one per candidate (hardware names as canonical or alias).
+
+    Parameters
+    ----------
+    sub
+        The submission; its ``event_time`` is "now" unless ``now`` is given.
+    snap
+        What the online store (or the offline replay) held for this job at submission time.
+    candidates
+        Hardware names to build rows for; unknown names get NaN specs.
+    catalogue
+        Hardware catalogue for specs.
+
+    Returns
+    -------
+    dict of column name -> array (object arrays for :data:`CATEGORICAL`, float64 otherwise).
+    """
+    now = sub.event_time if now is None else now
+    base: dict[str, Any] = {
+        "log_params": math.log(sub.params),
+        "log_batch": math.log(sub.global_batch_size),
+        "log_seq": math.log(sub.seq_len),
+        "log_accelerators": math.log(sub.num_accelerators),
+        "data_parallel": float(sub.data_parallel),
+        "tensor_parallel": float(sub.tensor_parallel),
+        "pipeline_parallel": float(sub.pipeline_parallel),
+        "precision_bits": _PRECISION_BITS[sub.precision],
+        "log_flops_per_sample": math.log(flops_per_sample(sub)),
+        "model_type": sub.model_type,
+        "family": sub.family,
+        "framework": sub.framework,
+        "prior_any_n": float(sum(p.n for p in snap.prior.values())),
+        "attempts": float(snap.starts),
+        "failed": float(snap.failed),
+        "preempted": float(snap.preempted),
+    }
+    cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+    for name in candidates:
+        hw_type = catalogue.resolve(name)
+        hw = hw_type.name if hw_type is not None else name
+        row = dict(base)
+        row["hardware"] = hw
+        row["vendor"] = hw_type.vendor if hw_type is not None else "unknown"
+        for spec in SPEC_FEATURES:
+            row[spec] = _spec(hw_type, spec)
+        peak = _spec(hw_type, "peak_tflops")
+        row["log_roofline"] = _log(peak * 1e12 * ROOFLINE_MFU / flops_per_sample(sub))
+
+        same = snap.prior.get(hw)
+        row["prior_same_log"] = _log(same.robust) if same else NAN
+        row["prior_same_last_log"] = _log(same.last) if same else NAN
+        row["prior_same_n"] = float(same.n) if same else 0.0
+        row["prior_same_age_h"] = (now - same.last_time) / 3600.0 if same else NAN
+
+        other = _most_informative(snap.prior, hw)
+        lookup_model_log = _lookup_log(snap.lookup_model, hw)
+        lookup_family_log = _lookup_log(snap.lookup_family, hw)
+        if other is not None:
+            other_hw, other_stat = other
+            other_type = catalogue.resolve(other_hw)
+            row["prior_other_log"] = _log(other_stat.robust)
+            row["prior_other_n"] = float(other_stat.n)
+            row["prior_other_age_h"] = (now - other_stat.last_time) / 3600.0
+            row["prior_hw"] = other_hw
+            row["spec_ratio_peak"] = _log(peak / _spec(other_type, "peak_tflops"))
+            row["spec_ratio_bw"] = _log(_spec(hw_type, "memory_bw_gbps") / _spec(other_type, "memory_bw_gbps"))
+            row["lookup_model_prior_hw_log"] = _lookup_log(snap.lookup_model, other_hw)
+            # Transfer: the job's speed elsewhere times how much faster its model type (else
+            # family, else raw peak FLOP/s) runs here than there.
+            ratio = lookup_model_log - row["lookup_model_prior_hw_log"]
+            if math.isnan(ratio):
+                ratio = lookup_family_log - _lookup_log(snap.lookup_family, other_hw)
+            if math.isnan(ratio):
+                ratio = row["spec_ratio_peak"]
+            row["transfer_log"] = row["prior_other_log"] + ratio
+        else:
+            for c in ("prior_other_log", "prior_other_age_h", "spec_ratio_peak", "spec_ratio_bw",
+                      "lookup_model_prior_hw_log", "transfer_log"):
+                row[c] = NAN
+            row["prior_other_n"] = 0.0
+            row["prior_hw"] = "none"
+        if same is not None:
+            row["transfer_log"] = row["prior_same_log"]
+
+        row["lookup_model_log"] = lookup_model_log
+        row["lookup_model_n"] = float(snap.lookup_model[hw].n) if hw in snap.lookup_model else 0.0
+        row["lookup_family_log"] = lookup_family_log
+        row["lookup_family_n"] = float(snap.lookup_family[hw].n) if hw in snap.lookup_family else 0.0
+        row["anchor_log"] = anchor_log(row)
+        for c in COLUMNS:
+            cols[c].append(row[c])
+    return {c: np.array(v, dtype=object if c in CATEGORICAL else np.float64) for c, v in cols.items()}
+
+
+def anchor_log(row: dict[str, Any]) -> float:
+    """Best single estimate available: own history, then transfer, lookup, family, roofline."""
+    for c in ("transfer_log", "lookup_model_log", "lookup_family_log", "log_roofline"):
+        value = row[c]
+        if not math.isnan(value):
+            return float(value)
+    return NAN
+
+
+def concat_rows(parts: Sequence[Rows]) -> Rows:
+    """Stack the rows of many submissions into one batch."""
+    if not parts:
+        return {c: np.empty(0, dtype=object if c in CATEGORICAL else np.float64) for c in COLUMNS}
+    return {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}

@@ -1,0 +1,66 @@
+"""What the predictor knows about one submission at the moment it ranks it.
+
+A :class:`FeatureSnapshot` is produced by the online store (Redis) for serving and by
+:mod:`features.offline` for training; the row builder only ever sees this type, which is
+what makes served rows and training rows the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class PriorStat:
+    """A job's measured per-accelerator throughput on one hardware type."""
+
+    n: int
+    last_time: float
+    last: float
+    robust: float  # median of the newest observations
+
+
+@dataclass(frozen=True, slots=True)
+class LookupStat:
+    """Median per-accelerator throughput of a model type (or family) on one hardware type."""
+
+    n: int
+    median: float
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureSnapshot:
+    """Everything known about a job and its model type, keyed by canonical hardware name."""
+
+    prior: dict[str, PriorStat] = field(default_factory=dict)
+    lookup_model: dict[str, LookupStat] = field(default_factory=dict)
+    lookup_family: dict[str, LookupStat] = field(default_factory=dict)
+    starts: int = 0
+    completed: int = 0
+    failed: int = 0
+    preempted: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Compact form recorded in rankings (``features_used``)."""
+        return {
+            "prior": {h: [p.n, p.last_time, p.last, p.robust] for h, p in self.prior.items()},
+            "lookup_model": {h: [s.n, s.median] for h, s in self.lookup_model.items()},
+            "lookup_family": {h: [s.n, s.median] for h, s in self.lookup_family.items()},
+            "attempts": [self.starts, self.completed, self.failed, self.preempted],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FeatureSnapshot:
+        """Inverse of :meth:`to_json`; training joins recorded rankings to outcomes with it."""
+        starts, completed, failed, preempted = data.get("attempts", [0, 0, 0, 0])
+        return cls(
+            prior={h: PriorStat(int(v[0]), float(v[1]), float(v[2]), float(v[3]))
+                   for h, v in data.get("prior", {}).items()},
+            lookup_model={h: LookupStat(int(v[0]), float(v[1])) for h, v in data.get("lookup_model", {}).items()},
+            lookup_family={h: LookupStat(int(v[0]), float(v[1])) for h, v in data.get("lookup_family", {}).items()},
+            starts=int(starts),
+            completed=int(completed),
+            failed=int(failed),
+            preempted=int(preempted),
+        )

@@ -1,0 +1,184 @@
+"""The Redis online store: idempotent, event-time-ordered updates and batched reads.
+
+Writes: one Lua script per event (atomic check-and-set, unlike a client-side read-modify-write),
+sent for a whole batch in one pipelined round trip. Reads: one pipelined round trip per batch
+of submissions, three ``HGETALL`` per submission, parsed straight into :class:`FeatureSnapshot`.
+
+Throughput is stored per accelerator (samples/s divided by the attempt's accelerator count),
+so attempts of one job or model type at different scales inform each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from functools import cache
+from importlib import resources
+
+import redis
+
+from features.keys import JOB_WINDOW, LOOKUP_WINDOW, SEEN_TTL_S, KeyLayout
+from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
+from streams.events import JobFinish, JobStart, Submission
+
+_SAFE_ID = re.compile(r"^[^\s;]{1,128}$")
+
+
+@cache
+def _lua(name: str) -> str:
+    """A script with the shared window helpers prepended."""
+    folder = resources.files("features") / "lua"
+    return (folder / "window.lua").read_text() + "\n" + (folder / f"{name}.lua").read_text()
+
+
+def packable_id(event_id: str) -> str:
+    """An event id safe to embed in a packed window (no spaces or ';')."""
+    if _SAFE_ID.match(event_id):
+        return event_id
+    return "h" + hashlib.sha1(event_id.encode()).hexdigest()
+
+
+def num(value: float) -> str:
+    """Exact text of a float (shortest repr that round-trips), as the scripts store it."""
+    return repr(float(value))
+
+
+def _same(name: str) -> str:
+    return name
+
+
+def per_accelerator(throughput: float, num_accelerators: int) -> float:
+    return throughput / num_accelerators
+
+
+class FeatureStore:
+    """Online features of jobs and lookup aggregates in Redis.
+
+    Parameters
+    ----------
+    client
+        A ``redis.Redis`` client (``decode_responses=False``).
+    layout
+        Key layout; its prefix isolates deployments and replays.
+    canonicalize
+        Maps a hardware name as it appears in events to the catalogue's canonical name, so that
+        aliases land in one field (names it does not know come back unchanged).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        layout: KeyLayout | None = None,
+        canonicalize: Callable[[str], str] | None = None,
+    ) -> None:
+        self.client = client
+        self.layout = layout or KeyLayout()
+        self._hw = cache(canonicalize) if canonicalize else _same
+        self._finish = client.register_script(_lua("job_finish"))
+        self._start = client.register_script(_lua("job_start"))
+        self._lookup = client.register_script(_lua("lookup"))
+
+    # ------------------------------------------------------------------ writes
+
+    def apply_finishes(self, events: Sequence[JobFinish]) -> list[int]:
+        """Apply finish events in one round trip; returns 1 per applied event, 0 per duplicate."""
+        if not events:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        lay = self.layout
+        for ev in events:
+            eid, hw, t = packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time)
+            value = "" if ev.throughput is None else num(per_accelerator(ev.throughput, ev.num_accelerators))
+            self._finish(
+                keys=[lay.job(ev.job_key), lay.job_window(ev.job_key), lay.job_seen(ev.job_key)],
+                args=[eid, t, hw, value, ev.outcome, JOB_WINDOW, SEEN_TTL_S],
+                client=pipe,
+            )
+            if value:
+                for agg in (lay.lookup_model(ev.model_type), lay.lookup_family(ev.family)):
+                    self._lookup(keys=[agg, lay.window_of(agg)], args=[eid, t, hw, value, LOOKUP_WINDOW],
+                                 client=pipe)
+        results = pipe.execute()
+        applied, i = [], 0
+        for ev in events:
+            applied.append(int(results[i]))
+            i += 1 if ev.throughput is None else 3
+        return applied
+
+    def apply_starts(self, events: Sequence[JobStart]) -> list[int]:
+        """Apply start events in one round trip; returns 1 per applied event, 0 per duplicate."""
+        if not events:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for ev in events:
+            self._start(
+                keys=[self.layout.job(ev.job_key), self.layout.job_seen(ev.job_key)],
+                args=[packable_id(ev.event_id), num(ev.event_time), self._hw(ev.hardware), SEEN_TTL_S],
+                client=pipe,
+            )
+        return [int(r) for r in pipe.execute()]
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, submissions: Sequence[Submission]) -> list[FeatureSnapshot]:
+        """Feature snapshots of a batch of submissions, in one pipelined round trip."""
+        if not submissions:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for sub in submissions:
+            pipe.hgetall(self.layout.job(sub.job_key))
+            pipe.hgetall(self.layout.lookup_model(sub.model_type))
+            pipe.hgetall(self.layout.lookup_family(sub.family))
+        raw = pipe.execute()
+        return [parse_snapshot(raw[i], raw[i + 1], raw[i + 2]) for i in range(0, len(raw), 3)]
+
+    def delete_all(self) -> int:
+        """Delete every key under this layout's prefix (replays into a scratch prefix use it)."""
+        deleted = 0
+        batch: list[bytes] = []
+        for key in self.client.scan_iter(match=self.layout.pattern(), count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                deleted += int(self.client.unlink(*batch))
+                batch.clear()
+        if batch:
+            deleted += int(self.client.unlink(*batch))
+        return deleted
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def parse_snapshot(
+    job: dict[bytes, bytes], model: dict[bytes, bytes], family: dict[bytes, bytes]
+) -> FeatureSnapshot:
+    """Turn the three hashes of one submission into a snapshot."""
+    prior: dict[str, PriorStat] = {}
+    counters: dict[str, int] = {}
+    for raw_field, raw_value in job.items():
+        name, value = _text(raw_field), _text(raw_value)
+        if name.startswith("_"):
+            if name in ("_starts", "_completed", "_failed", "_preempted"):
+                counters[name] = int(value)
+            continue
+        n, last_time, last, robust = value.split(",")
+        prior[name] = PriorStat(int(n), float(last_time), float(last), float(robust))
+    return FeatureSnapshot(
+        prior=prior,
+        lookup_model=_parse_lookup(model),
+        lookup_family=_parse_lookup(family),
+        starts=counters.get("_starts", 0),
+        completed=counters.get("_completed", 0),
+        failed=counters.get("_failed", 0),
+        preempted=counters.get("_preempted", 0),
+    )
+
+
+def _parse_lookup(raw: dict[bytes, bytes]) -> dict[str, LookupStat]:
+    out = {}
+    for raw_field, raw_value in raw.items():
+        n, median = _text(raw_value).split(",")
+        out[_text(raw_field)] = LookupStat(int(n), float(median))
+    return out

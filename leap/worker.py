@@ -1,0 +1,53 @@
+"""``leap worker ROLE``: run the feature agents, the predictor agent, or both, under Faust."""
+
+from __future__ import annotations
+
+import gc
+import logging
+
+import faust
+
+from leap.hardware import load_catalogue
+from leap.runtime import feature_store
+from leap.settings import Settings
+from predictor.agent import attach_predictor_agent
+from predictor.service import ModelHolder, RankingService, lookup_fallback
+from streams import metrics
+from streams.app import attach_feature_agents, build_app
+from streams.topics import create_topics
+
+ROLES = ("features", "predictor", "all")
+DEFAULT_METRICS_PORTS = {"features": 9101, "predictor": 9102, "all": 9100}
+
+log = logging.getLogger("leap.worker")
+
+
+def build(settings: Settings, role: str) -> faust.App:
+    """The Faust app of a role, with its agents attached."""
+    if role not in ROLES:
+        raise ValueError(f"unknown worker role {role!r}; choose one of {', '.join(ROLES)}")
+    catalogue = load_catalogue()
+    store = feature_store(settings, catalogue)
+    app, topics = build_app(settings, role)
+    if role in ("features", "all"):
+        attach_feature_agents(app, topics, store)
+    if role in ("predictor", "all"):
+        holder = ModelHolder(lookup_fallback())
+        metrics.MODEL.info({"version": holder.active.version})
+        attach_predictor_agent(app, topics, RankingService(store, catalogue, holder))
+    return app
+
+
+def run(settings: Settings, role: str, metrics_port: int) -> None:
+    """Create missing topics, serve metrics and run the worker until SIGTERM/SIGINT."""
+    create_topics(settings)
+    app = build(settings, role)
+    metrics.serve(metrics_port)
+    # Long-lived objects built above never die: keep the collector from rescanning them
+    # (GC pauses are the main p99 cost of a Python server).
+    gc.collect()
+    gc.freeze()
+    # loglevel=info: at faust's default level the root logger goes to DEBUG and every send
+    # builds a log record.
+    worker = faust.Worker(app, loglevel="info", quiet=True)
+    worker.execute_from_commandline()

@@ -1,0 +1,101 @@
+"""Throughput models behind one interface, in the scikit-learn manner.
+
+Constructors only store parameters; :meth:`ThroughputModel.fit` learns from model rows
+(:func:`features.rows.build_rows`) and returns ``self``; learned state ends in ``_``.
+Every model predicts **per-accelerator** samples/s and returns NaN where it has nothing to say,
+so the ranking can say which fallback it used instead of guessing silently.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from features.rows import Rows
+
+#: Quantiles of the uncertainty band reported with every prediction.
+BAND_QUANTILES = (0.1, 0.9)
+
+
+class ThroughputModel(ABC):
+    """Common interface of the baselines and the LightGBM model."""
+
+    kind: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.band_: tuple[float, float] | None = None
+
+    @abstractmethod
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        """Log per-accelerator throughput, NaN where the model has no estimate."""
+
+    def fit(self, rows: Rows, y: np.ndarray) -> Self:
+        """Learn from rows and their measured per-accelerator throughput ``y``."""
+        self._fit(rows, np.asarray(y, dtype=np.float64))
+        residual = np.log(y) - self._predict_log(rows)
+        residual = residual[np.isfinite(residual)]
+        self.band_ = (
+            (float(np.quantile(residual, BAND_QUANTILES[0])), float(np.quantile(residual, BAND_QUANTILES[1])))
+            if residual.size
+            else (0.0, 0.0)
+        )
+        return self
+
+    def _fit(self, rows: Rows, y: np.ndarray) -> None:
+        """Model-specific learning; baselines that only read features learn nothing here."""
+
+    def predict(self, rows: Rows) -> np.ndarray:
+        """Per-accelerator throughput (samples/s); NaN where the model cannot tell."""
+        return np.exp(self._predict_log(rows))
+
+    def predict_band(self, pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper ends of the band around predictions from :meth:`predict`."""
+        lo, hi = self.band_ if self.band_ is not None else (0.0, 0.0)
+        return pred * np.exp(lo), pred * np.exp(hi)
+
+    def get_params(self) -> dict[str, Any]:
+        return {}
+
+    def state(self) -> dict[str, Any]:
+        """Learned state as JSON-able data (artifacts never pickle)."""
+        return {"band": list(self.band_) if self.band_ is not None else None}
+
+    def load_state(self, state: dict[str, Any]) -> Self:
+        band = state.get("band")
+        self.band_ = (float(band[0]), float(band[1])) if band else None
+        return self
+
+
+def _first_finite(*columns: np.ndarray) -> np.ndarray:
+    out = np.array(columns[0], dtype=np.float64, copy=True)
+    for col in columns[1:]:
+        missing = np.isnan(out)
+        out[missing] = col[missing]
+    return out
+
+
+class LookupTable(ThroughputModel):
+    """Median per-accelerator throughput of the model type on the hardware, else of its family.
+
+    The medians are online features (Redis aggregates, or their offline replay), so this model
+    needs no training of its own beyond its uncertainty band.
+    """
+
+    kind = "lookup"
+
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        return _first_finite(rows["lookup_model_log"], rows["lookup_family_log"])
+
+
+class PriorTransfer(ThroughputModel):
+    """The job's own prior throughput, moved across hardware by the lookup ratio; else lookup."""
+
+    kind = "transfer"
+
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        return _first_finite(rows["transfer_log"], rows["lookup_model_log"], rows["lookup_family_log"])
+
+
+BASELINES: dict[str, type[ThroughputModel]] = {m.kind: m for m in (LookupTable, PriorTransfer)}

@@ -1,0 +1,124 @@
+"""Ranks a batch of submissions: read features, build rows, predict once, price, rank.
+
+Free of Kafka so the predictor agent, topic replay and the benchmarks share it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from features.rows import build_rows, concat_rows
+from features.store import FeatureStore
+from leap.hardware import Catalogue
+from predictor.models import LookupTable, ThroughputModel
+from predictor.ranking import COLD_START, rank_candidates
+from streams.events import SCHEMA_VERSION, Ranking, Submission
+
+#: Band used around a cold-start roofline estimate: it may be off by about 2x either way.
+COLD_START_BAND = (0.5, 2.0)
+NO_TRAINED_MODEL = "no_trained_model"
+
+
+@dataclass(frozen=True)
+class ActiveModel:
+    model: ThroughputModel
+    version: str
+    fallback: str | None = None  # set when this model is itself a fallback (e.g. lookup only)
+
+
+class ModelHolder:
+    """The model in use; swapped atomically when a new model is promoted."""
+
+    def __init__(self, active: ActiveModel) -> None:
+        self._active = active
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> ActiveModel:
+        return self._active  # one reference read: a batch sees one model from start to end
+
+    def swap(self, active: ActiveModel) -> ActiveModel:
+        with self._lock:
+            previous, self._active = self._active, active
+        return previous
+
+
+def lookup_fallback() -> ActiveModel:
+    """What the predictor runs when the registry has no promoted model yet."""
+    return ActiveModel(LookupTable(), "lookup-0", NO_TRAINED_MODEL)
+
+
+class RankingService:
+    """Turns submissions into rankings.
+
+    Parameters
+    ----------
+    store
+        Online feature store; one pipelined read per batch.
+    catalogue
+        Hardware specs (row builder) and prices (ranking).
+    holder
+        The model currently in use.
+    """
+
+    def __init__(self, store: FeatureStore, catalogue: Catalogue, holder: ModelHolder) -> None:
+        self.store = store
+        self.catalogue = catalogue
+        self.holder = holder
+
+    def rank(self, subs: Sequence[Submission], received: Sequence[float] | None = None) -> list[Ranking]:
+        """One ranking per submission, in order. ``received`` = arrival times (``time.time()``)."""
+        if not subs:
+            return []
+        start = time.time()
+        received = received if received is not None else [start] * len(subs)
+        active = self.holder.active
+        snaps = self.store.read(subs)
+        parts = [build_rows(sub, snap, sub.candidates, self.catalogue) for sub, snap in zip(subs, snaps, strict=True)]
+        rows = concat_rows(parts)
+        pred = active.model.predict(rows)
+        lower, upper = active.model.predict_band(pred)
+        cold = np.isnan(pred) & np.isfinite(rows["log_roofline"])
+        if cold.any():
+            estimate = np.exp(rows["log_roofline"][cold])
+            pred[cold] = estimate
+            lower[cold] = estimate * COLD_START_BAND[0]
+            upper[cold] = estimate * COLD_START_BAND[1]
+
+        out: list[Ranking] = []
+        offset = 0
+        for sub, snap, arrived in zip(subs, snaps, received, strict=True):
+            n = len(sub.candidates)
+            span = slice(offset, offset + n)
+            offset += n
+            reasons: list[str | None] = [COLD_START if c else None for c in cold[span]]
+            priced = rank_candidates(
+                sub.candidates, sub.num_accelerators, pred[span], lower[span], upper[span], reasons, self.catalogue
+            )
+            fallbacks = sorted({r for r in (c["reason"] for c in priced.candidates) if r})
+            if active.fallback:
+                fallbacks.insert(0, active.fallback)
+            now = time.time()
+            out.append(
+                Ranking(
+                    schema_version=SCHEMA_VERSION,
+                    event_id=f"rank:{sub.event_id}",
+                    event_time=now,
+                    job_key=sub.job_key,
+                    attempt_id=sub.attempt_id,
+                    submission_event_id=sub.event_id,
+                    submission_time=sub.event_time,
+                    model_version=active.version,
+                    candidates=tuple(priced.candidates),
+                    best_hardware=priced.best,
+                    features_used=snap.to_json(),
+                    fallback=",".join(fallbacks) if fallbacks else None,
+                    latency_ms=max(0.0, (now - arrived) * 1000.0),
+                )
+            )
+        return out

@@ -1,0 +1,129 @@
+"""The scheduler-facing client (confluent-kafka): publish submissions, receive rankings.
+
+Rankings are read without a consumer group: the client assigns every partition of
+``leap.rankings`` at its current end *before* it publishes, so no ranking of its own can be
+missed and no group offsets of anyone else are touched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from leap.settings import Settings
+from streams.events import JobFinish, JobStart, Ranking, Submission
+from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
+
+
+class DeliveryError(RuntimeError):
+    """The broker did not acknowledge a message."""
+
+
+class SchedulerClient:
+    """Publish submissions (and, for simulators, starts and finishes); follow rankings.
+
+    Parameters
+    ----------
+    settings
+        Connection settings.
+    follow_rankings
+        Open a consumer on the rankings topic positioned at its end now.
+    """
+
+    def __init__(self, settings: Settings, follow_rankings: bool = True) -> None:
+        self.settings = settings
+        self._errors: list[str] = []
+        self.producer = Producer(
+            settings.confluent_config(**{"linger.ms": 2, "enable.idempotence": True, "compression.type": "lz4"})
+        )
+        self.consumer: Consumer | None = None
+        if follow_rankings:
+            self.consumer = Consumer(
+                settings.confluent_config(
+                    **{
+                        "group.id": "leap-scheduler-unused",  # required by librdkafka; never committed
+                        "enable.auto.commit": False,
+                        "enable.auto.offset.store": False,
+                        "fetch.wait.max.ms": 10,
+                    }
+                )
+            )
+            meta = self.consumer.list_topics(RANKINGS.name, timeout=10)
+            partitions = meta.topics[RANKINGS.name].partitions
+            assignment = []
+            for p in partitions:
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(RANKINGS.name, p), timeout=10)
+                assignment.append(TopicPartition(RANKINGS.name, p, high))
+            self.consumer.assign(assignment)
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self._errors.append(str(err))
+
+    def _produce(self, topic: str, key: str, value: bytes) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, key=key.encode(), value=value, on_delivery=self._on_delivery)
+                return
+            except BufferError:  # local queue full: let deliveries drain, then retry
+                self.producer.poll(0.05)
+
+    def publish(self, sub: Submission) -> None:
+        self._produce(SUBMISSIONS.name, sub.job_key, sub.encode())
+        self.producer.poll(0)
+
+    def publish_raw(self, topic: str, key: str, value: bytes) -> None:
+        """Publish bytes as they are (replays and tests of bad input)."""
+        self._produce(topic, key, value)
+        self.producer.poll(0)
+
+    def publish_start(self, ev: JobStart) -> None:
+        self._produce(JOB_STARTS.name, ev.job_key, ev.encode())
+        self.producer.poll(0)
+
+    def publish_finish(self, ev: JobFinish) -> None:
+        self._produce(JOB_FINISHES.name, ev.job_key, ev.encode())
+        self.producer.poll(0)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        remaining = self.producer.flush(timeout)
+        if remaining:
+            raise DeliveryError(f"{remaining} message(s) not delivered within {timeout}s")
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise DeliveryError(f"{len(errors)} message(s) failed: {errors[0]}")
+
+    def rankings(self, timeout: float = 1.0) -> Iterator[tuple[Ranking, float]]:
+        """Rankings arriving within ``timeout`` seconds, each with its receive time."""
+        assert self.consumer is not None, "client opened with follow_rankings=False"
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            for msg in self.consumer.consume(num_messages=500, timeout=min(left, 0.05)):
+                if msg.error():
+                    continue
+                yield Ranking.decode(msg.value()), time.time()
+
+    def wait_for(self, attempt_ids: Iterable[str], timeout: float = 30.0) -> dict[str, tuple[Ranking, float]]:
+        """Collect the rankings of the given attempts (or as many as arrive before ``timeout``)."""
+        wanted = set(attempt_ids)
+        got: dict[str, tuple[Ranking, float]] = {}
+        deadline = time.monotonic() + timeout
+        while wanted - got.keys() and time.monotonic() < deadline:
+            for ranking, at in self.rankings(timeout=min(0.5, max(0.0, deadline - time.monotonic()))):
+                if ranking.attempt_id in wanted:
+                    got[ranking.attempt_id] = (ranking, at)
+        return got
+
+    def close(self) -> None:
+        self.producer.flush(10)
+        if self.consumer is not None:
+            self.consumer.close()
+
+    def __enter__(self) -> SchedulerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
