@@ -1,0 +1,147 @@
+"""Integration tests of the local services: the real broker and server that ``up`` starts."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from typer.testing import CliRunner
+
+from leap import services
+from leap.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def running_services(settings: Settings) -> dict[str, Any]:
+    """Start (or find) Kafka and Redis once per session."""
+    return services.up(settings)
+
+
+@pytest.fixture()
+def throwaway_topic(settings: Settings, running_services: dict[str, Any]) -> Iterator[str]:
+    """A one-partition topic that exists only for one test."""
+    admin = AdminClient(settings.confluent_config())
+    name = f"leap.test.services-{uuid.uuid4().hex[:12]}"
+    admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=-1)])[name].result(30)
+    yield name
+    admin.delete_topics([name], operation_timeout=30)[name].result(30)
+
+
+def test_up_reports_both_services(running_services: dict[str, Any]) -> None:
+    assert set(running_services) == {"kafka", "redis"}
+    for name in ("kafka", "redis"):
+        assert running_services[name]["backend"] in {"local", "docker", "external"}
+        assert running_services[name]["action"] in {"started", "running", "used"}
+        assert running_services[name]["version"]
+
+
+def test_status_reports_ok(settings: Settings, running_services: dict[str, Any]) -> None:
+    result = services.status(settings)
+    assert result["kafka"] == {
+        "ok": True,
+        "version": services.KAFKA_VERSION if not settings.kafka_from_env else "unknown",
+        "bootstrap": settings.kafka_bootstrap,
+    }
+    assert result["redis"]["ok"] is True
+    assert result["redis"]["version"].split(".")[0].isdigit()
+    assert set(result["redis"]) == {"ok", "version", "url"}
+
+
+def test_status_json_command_prints_the_documented_shape(running_services: dict[str, Any]) -> None:
+    outcome = CliRunner().invoke(services.app, ["status", "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    printed = json.loads(outcome.stdout)
+    assert set(printed) == {"kafka", "redis"}
+    assert set(printed["kafka"]) == {"ok", "version", "bootstrap"}
+    assert set(printed["redis"]) == {"ok", "version", "url"}
+    assert printed["kafka"]["ok"] is True and printed["redis"]["ok"] is True
+
+
+def test_status_url_never_shows_a_password() -> None:
+    # No server listens on port 1: this also checks that a dead service is "not ok", not a crash.
+    fake = Settings(redis_url="redis://leap:s3cret@127.0.0.1:1/0", kafka_bootstrap="127.0.0.1:1")
+    started = time.monotonic()
+    result = services.status(fake)
+    assert time.monotonic() - started < 20
+    assert result["redis"]["ok"] is False and result["kafka"]["ok"] is False
+    assert "s3cret" not in json.dumps(result)
+    assert result["redis"]["url"] == "redis://leap:***@127.0.0.1:1/0"
+
+
+def test_up_is_idempotent(settings: Settings, running_services: dict[str, Any]) -> None:
+    started = time.monotonic()
+    again = services.up(settings)
+    assert time.monotonic() - started < 10
+    for name in ("kafka", "redis"):
+        assert again[name]["backend"] == running_services[name]["backend"]
+        if again[name]["backend"] == "local":
+            assert again[name]["action"] == "running"
+
+
+def test_kafka_round_trip(settings: Settings, throwaway_topic: str) -> None:
+    producer = Producer(settings.confluent_config(acks="all"))
+    payload = uuid.uuid4().bytes
+    producer.produce(throwaway_topic, key=b"job-1", value=payload)
+    assert producer.flush(30) == 0
+
+    consumer_conf: dict[str, str | int | float | bool] = {
+        "group.id": f"leap-test-{uuid.uuid4().hex[:8]}",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    consumer = Consumer(settings.confluent_config(**consumer_conf))
+    try:
+        consumer.subscribe([throwaway_topic])
+        deadline = time.monotonic() + 60
+        received = None
+        while received is None and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                raise AssertionError(err)
+            if err is None:
+                received = msg
+        assert received is not None, "no message consumed within 60 s"
+        assert received.key() == b"job-1"
+        assert received.value() == payload
+    finally:
+        consumer.close()
+
+
+def test_broker_does_not_auto_create_topics(settings: Settings, running_services: dict[str, Any]) -> None:
+    if running_services["kafka"]["backend"] == "external":
+        pytest.skip("an external cluster's broker configuration is not ours")
+    name = f"leap.test.never-created-{uuid.uuid4().hex[:12]}"
+    producer = Producer(settings.confluent_config(**{"message.timeout.ms": 3000}))
+    producer.produce(name, value=b"x")
+    producer.flush(10)
+    topics = AdminClient(settings.confluent_config()).list_topics(timeout=10).topics
+    assert name not in topics
+
+
+def test_redis_answers(settings: Settings, running_services: dict[str, Any]) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    key = f"{settings.key_prefix}:test:services:{uuid.uuid4().hex}"
+    try:
+        assert client.ping() is True
+        client.set(key, b"value", ex=60)
+        assert client.get(key) == b"value"
+    finally:
+        client.delete(key)
+        client.close()
