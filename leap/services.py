@@ -351,8 +351,10 @@ def docker_available() -> bool:
 
 def _compose(*args: str, timeout: float = 600.0) -> None:
     cmd = ["docker", "compose", "-f", str(_COMPOSE_FILE), *args]
+    # The compose file reads the image tag from here, so the version stays pinned in one place.
+    env = {**os.environ, "LEAP_KAFKA_VERSION": KAFKA_VERSION}
     try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
     except subprocess.TimeoutExpired as exc:
         raise ServiceError(f"`{' '.join(cmd)}` did not finish within {timeout:.0f} s") from exc
     if run.returncode != 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,9 +16,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
 from leap import services
-from leap.settings import Settings
+from leap.settings import LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, Settings
 
-pytestmark = pytest.mark.integration
+integration = pytest.mark.integration
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +42,7 @@ def throwaway_topic(settings: Settings, running_services: dict[str, Any]) -> Ite
     admin.delete_topics([name], operation_timeout=30)[name].result(30)
 
 
+@integration
 def test_up_reports_both_services(running_services: dict[str, Any]) -> None:
     assert set(running_services) == {"kafka", "redis"}
     for name in ("kafka", "redis"):
@@ -49,6 +51,7 @@ def test_up_reports_both_services(running_services: dict[str, Any]) -> None:
         assert running_services[name]["version"]
 
 
+@integration
 def test_status_reports_ok(settings: Settings, running_services: dict[str, Any]) -> None:
     result = services.status(settings)
     assert result["kafka"] == {
@@ -61,6 +64,7 @@ def test_status_reports_ok(settings: Settings, running_services: dict[str, Any])
     assert set(result["redis"]) == {"ok", "version", "url"}
 
 
+@integration
 def test_status_json_command_prints_the_documented_shape(running_services: dict[str, Any]) -> None:
     outcome = CliRunner().invoke(services.app, ["status", "--json"])
     assert outcome.exit_code == 0, outcome.output
@@ -82,6 +86,7 @@ def test_status_url_never_shows_a_password() -> None:
     assert result["redis"]["url"] == "redis://leap:***@127.0.0.1:1/0"
 
 
+@integration
 def test_up_is_idempotent(settings: Settings, running_services: dict[str, Any]) -> None:
     started = time.monotonic()
     again = services.up(settings)
@@ -92,6 +97,7 @@ def test_up_is_idempotent(settings: Settings, running_services: dict[str, Any]) 
             assert again[name]["action"] == "running"
 
 
+@integration
 def test_kafka_round_trip(settings: Settings, throwaway_topic: str) -> None:
     producer = Producer(settings.confluent_config(acks="all"))
     payload = uuid.uuid4().bytes
@@ -124,6 +130,7 @@ def test_kafka_round_trip(settings: Settings, throwaway_topic: str) -> None:
         consumer.close()
 
 
+@integration
 def test_broker_does_not_auto_create_topics(settings: Settings, running_services: dict[str, Any]) -> None:
     if running_services["kafka"]["backend"] == "external":
         pytest.skip("an external cluster's broker configuration is not ours")
@@ -135,6 +142,7 @@ def test_broker_does_not_auto_create_topics(settings: Settings, running_services
     assert name not in topics
 
 
+@integration
 def test_redis_answers(settings: Settings, running_services: dict[str, Any]) -> None:
     client = redis.Redis.from_url(settings.redis_url)
     key = f"{settings.key_prefix}:test:services:{uuid.uuid4().hex}"
@@ -145,3 +153,11 @@ def test_redis_answers(settings: Settings, running_services: dict[str, Any]) -> 
     finally:
         client.delete(key)
         client.close()
+
+
+def test_compose_file_follows_the_pinned_versions_and_ports() -> None:
+    compose = services._COMPOSE_FILE.read_text()
+    default = re.search(r"apache/kafka:\$\{LEAP_KAFKA_VERSION:-([^}]+)\}", compose)
+    assert default is not None and default.group(1) == services.KAFKA_VERSION
+    assert f'"127.0.0.1:{LOCAL_KAFKA_PORT}:' in compose
+    assert f'"127.0.0.1:{LOCAL_REDIS_PORT}:' in compose
