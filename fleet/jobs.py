@@ -1,0 +1,244 @@
+"""Job configurations: sampling, eligibility, requested hardware and the oracle.
+
+A *job* is a training configuration that persists across attempts (same ``job_key``): model
+type, input size, batch, precision, parallelism, framework, a persistent efficiency factor
+(input pipeline, code quality) and for some jobs an input-pipeline cap in samples/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fleet.throughput import (
+    FRAMEWORKS,
+    F,
+    HardwareArrays,
+    I,
+    JobConfig,
+    eligibility,
+    expected_throughput,
+    hardware_arrays,
+    model_arrays,
+)
+from fleet.workloads import FAMILIES, model_types
+from streams.events import PRECISIONS
+
+MAX_ACCELERATORS = 512
+JOB_FACTOR_SIGMA = 0.3
+INPUT_BOUND_SHARE = 0.15
+
+# Precision mix per family (order of streams.events.PRECISIONS: fp32, tf32, bf16, fp16, fp8).
+_PRECISION_MIX = {
+    "dense_lm": (0.02, 0.02, 0.76, 0.10, 0.10),
+    "moe": (0.0, 0.02, 0.80, 0.05, 0.13),
+    "vision_cnn": (0.15, 0.15, 0.35, 0.35, 0.0),
+    "vision_vit": (0.05, 0.10, 0.60, 0.25, 0.0),
+    "diffusion": (0.05, 0.05, 0.70, 0.20, 0.0),
+    "recsys": (0.45, 0.15, 0.20, 0.20, 0.0),
+    "speech": (0.15, 0.15, 0.40, 0.30, 0.0),
+    "gnn": (0.60, 0.20, 0.15, 0.05, 0.0),
+}
+# Framework mix per family (order of fleet.throughput.FRAMEWORKS).
+_FRAMEWORK_MIX = {
+    "dense_lm": (0.58, 0.28, 0.02, 0.06, 0.06),
+    "moe": (0.55, 0.35, 0.0, 0.05, 0.05),
+    "vision_cnn": (0.70, 0.12, 0.15, 0.02, 0.01),
+    "vision_vit": (0.62, 0.28, 0.06, 0.03, 0.01),
+    "diffusion": (0.75, 0.20, 0.0, 0.03, 0.02),
+    "recsys": (0.60, 0.10, 0.28, 0.01, 0.01),
+    "speech": (0.75, 0.12, 0.10, 0.02, 0.01),
+    "gnn": (0.85, 0.10, 0.05, 0.0, 0.0),
+}
+# Typical log2(accelerators) per family before size adjustments.
+_SCALE_CENTER = {
+    "dense_lm": 0.0,
+    "moe": 1.0,
+    "vision_cnn": 1.0,
+    "vision_vit": 1.5,
+    "diffusion": 2.5,
+    "recsys": 1.5,
+    "speech": 1.5,
+    "gnn": 0.5,
+}
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """A batch of jobs (struct of arrays; one row per job).
+
+    Attributes
+    ----------
+    cfg
+        Training configurations.
+    eligible
+        (jobs x hardware) candidate mask.
+    requested
+        Hardware index the user asks for by default.
+    factor
+        Persistent per-job throughput factor (lognormal).
+    cap
+        Input-pipeline cap in samples/s (inf when the job is not input-bound).
+    oracle
+        (jobs x hardware) noise-free expected samples/s incl. the job factor and cap; NaN where
+        not eligible.
+    work
+        Samples the job processes per attempt when it runs to completion.
+    planned_attempts
+        Attempts the owner intends to submit (resubmissions; retries come on top).
+    """
+
+    cfg: JobConfig
+    eligible: NDArray[np.bool_]
+    requested: I
+    factor: F
+    cap: F
+    oracle: F
+    work: F
+    planned_attempts: I
+
+    def __len__(self) -> int:
+        return len(self.factor)
+
+
+def _pick_padded(rng: np.random.Generator, choices: list[tuple[int, ...]], idx: I) -> F:
+    width = max(len(c) for c in choices)
+    table = np.array([list(c) + [c[-1]] * (width - len(c)) for c in choices], dtype=np.float64)
+    counts = np.array([len(c) for c in choices])
+    pos = np.floor(rng.random(len(idx)) * counts[idx]).astype(np.int64)
+    return np.asarray(table[idx, pos], dtype=np.float64)
+
+
+def _mix(rng: np.random.Generator, fam: I, mixes: Mapping[str, tuple[float, ...]]) -> I:
+    probs = np.array([mixes[f] for f in FAMILIES])
+    probs = probs / probs.sum(axis=1, keepdims=True)
+    cum = np.cumsum(probs, axis=1)[fam]
+    return np.asarray(
+        (rng.random(len(fam))[:, None] > cum).sum(axis=1).clip(0, probs.shape[1] - 1), dtype=np.int64
+    )
+
+
+def sample_configs(rng: np.random.Generator, n: int) -> JobConfig:
+    """Draw ``n`` job configurations (not yet checked for eligibility)."""
+    ms = model_types()
+    m = model_arrays()
+    pop = m.popularity / m.popularity.sum()
+    model = rng.choice(len(ms), size=n, p=pop)
+    fam = m.family[model]
+    seq = _pick_padded(rng, [mt.seq_choices for mt in ms], model)
+    local = _pick_padded(rng, [mt.local_batches for mt in ms], model)
+    precision = _mix(rng, fam, _PRECISION_MIX)
+    framework = _mix(rng, fam, _FRAMEWORK_MIX)
+
+    is_lm = (fam == FAMILIES.index("dense_lm")) | (fam == FAMILIES.index("moe"))
+    # Model parallelism: smallest power of two that brings 16-bit weights+grads+sharded optimizer
+    # (~6 B/param) under ~40 GB, sometimes doubled (users over-shard for speed or headroom).
+    sharded = m.dense[model] + m.expert[model] / np.minimum(m.experts[model], 8.0)
+    mp = 2.0 ** np.ceil(np.log2(np.maximum(1.0, sharded * 6.0 / 40e9)))
+    mp = np.where(rng.random(n) < 0.3, mp * 2, mp)
+    mp = np.where(is_lm, np.minimum(mp, 64.0), 1.0)
+    tp = np.minimum(mp, 8.0)
+    pp = mp / tp
+
+    center = np.array([_SCALE_CENTER[f] for f in FAMILIES])[fam]
+    center = center + np.where(is_lm, 0.8 * np.log2(np.maximum(m.active[model], 1e8) / 1e8), 0.0)
+    emb_need = m.emb[model] * 5.0 / 40e9  # accelerators needed to hold the tables
+    center = np.maximum(center, np.log2(np.maximum(emb_need, 1.0)) + 1.0)
+    k = np.rint(center + rng.normal(0.0, 1.2, n))
+    max_k = np.floor(np.log2(MAX_ACCELERATORS / mp))
+    dp = 2.0 ** np.clip(k - np.log2(mp), 0.0, max_k)
+    dp = np.where(is_lm, dp, 2.0 ** np.clip(k, 0.0, np.log2(MAX_ACCELERATORS)))
+    return JobConfig(
+        model=model.astype(np.int64),
+        batch=local * dp,
+        seq=seq,
+        precision=precision,
+        n=dp * tp * pp,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        framework=framework,
+    )
+
+
+def _subset(cfg: JobConfig, keep: NDArray[np.bool_] | I) -> JobConfig:
+    return JobConfig(**{k: getattr(cfg, k)[keep] for k in cfg.__dataclass_fields__})
+
+
+def _concat(parts: list[JobConfig]) -> JobConfig:
+    return JobConfig(
+        **{k: np.concatenate([getattr(p, k) for p in parts]) for k in JobConfig.__dataclass_fields__}
+    )
+
+
+def sample_jobs(rng: np.random.Generator, n: int, hw: HardwareArrays | None = None) -> Jobs:
+    """Draw ``n`` jobs that have at least one candidate, with requested hardware and oracle.
+
+    Parameters
+    ----------
+    rng
+        Source of randomness (the result is a pure function of its state).
+    n
+        Number of jobs.
+    hw
+        Hardware arrays; default catalogue when None.
+
+    Returns
+    -------
+    Jobs
+    """
+    hw = hw or hardware_arrays()
+    parts: list[JobConfig] = []
+    have = 0
+    while have < n:
+        cfg = sample_configs(rng, int((n - have) * 1.3) + 16)
+        ok = eligibility(cfg, hw).any(axis=1)
+        cfg = _subset(cfg, np.flatnonzero(ok)[: n - have])
+        parts.append(cfg)
+        have += len(cfg.model)
+    cfg = _concat(parts)
+    return complete_jobs(rng, cfg, hw)
+
+
+def complete_jobs(
+    rng: np.random.Generator, cfg: JobConfig, hw: HardwareArrays | None = None, factor: F | None = None
+) -> Jobs:
+    """Add requested hardware, per-job factor, caps, oracle and work to given configurations."""
+    hw = hw or hardware_arrays()
+    n = len(cfg.model)
+    eligible = eligibility(cfg, hw)
+    # Requested = the most familiar/available eligible type, with personal taste (Gumbel noise).
+    taste = np.log(hw.popularity)[None, :] + rng.gumbel(size=(n, len(hw.names)))
+    requested = np.where(eligible, taste, -np.inf).argmax(axis=1).astype(np.int64)
+    if factor is None:
+        factor = np.exp(rng.normal(0.0, JOB_FACTOR_SIGMA, n)).clip(0.3, 2.5)
+    base = expected_throughput(cfg, hw)
+    on_req = base[np.arange(n), requested] * factor
+    cap = np.where(rng.random(n) < INPUT_BOUND_SHARE, on_req * rng.uniform(0.6, 1.5, n), np.inf)
+    oracle = np.where(eligible, np.minimum(base * factor[:, None], cap[:, None]), np.nan)
+    hours = np.exp(rng.normal(np.log(3.0), 1.0, n)).clip(0.1, 72.0)
+    work = oracle[np.arange(n), requested] * hours * 3600.0
+    planned = rng.geometric(0.22, n).astype(np.int64)
+    return Jobs(
+        cfg=cfg,
+        eligible=eligible,
+        requested=requested,
+        factor=factor,
+        cap=cap,
+        oracle=oracle,
+        work=work,
+        planned_attempts=planned,
+    )
+
+
+def precision_name(code: int) -> str:
+    """Name of a precision code."""
+    return PRECISIONS[code]
+
+
+def framework_name(code: int) -> str:
+    """Name of a framework code."""
+    return FRAMEWORKS[code]
