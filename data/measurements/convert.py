@@ -135,9 +135,10 @@ def convert_lambda(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
     for r in rows:
         if not r["throughput"] or float(r["throughput"]) <= 0.0:  # empty = not run / failed
             continue
-        if not r["batch_size_total"]:
-            # Lambda's bs table has no column for the multi-GPU Quadro RTX 8000 systems; the
-            # batch is part of a configuration, so these rows cannot be paired honestly.
+        if not r["batch_size_total"] or float(r["batch_size_total"]) <= 0:
+            # Lambda's bs table has no column for the multi-GPU Quadro RTX 8000 systems and says
+            # 0 for six single-GPU rows that do have a throughput. The batch is part of a
+            # configuration, so these rows cannot be paired honestly.
             continue
         out.append(
             {
