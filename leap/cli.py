@@ -1,0 +1,149 @@
+"""``leap``: the one command-line entry point.
+
+This module is the composition root: it is the only place that wires the simulator (``fleet``)
+next to the production packages, which never import it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+
+from leap import services
+from leap.settings import Settings
+from streams.events import EventError, Submission
+
+app = typer.Typer(
+    name="leap",
+    help="Throughput prediction and cost ranking of training jobs across accelerator types.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(services.app, name="services", help="Local Kafka (KRaft) and Redis: up, down, status.")
+topics_app = typer.Typer(help="Kafka topics owned by LEAP.", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+
+console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+@topics_app.command("create")
+def topics_create(json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Create LEAP's topics (idempotent)."""
+    from streams.topics import create_topics
+
+    result = create_topics(Settings.from_env())
+    if json_out:
+        print(orjson.dumps(result).decode())
+    else:
+        for name, state in result.items():
+            console.print(f"{name}: {state}")
+
+
+@topics_app.command("list")
+def topics_list() -> None:
+    """Show the topic definitions (names, partitions, configs)."""
+    from streams.topics import ALL_TOPICS
+
+    for t in ALL_TOPICS:
+        print(f"{t.name}\tpartitions={t.partitions}\t{t.config}\t{t.doc}")
+
+
+@app.command()
+def worker(
+    role: Annotated[str, typer.Argument(help="features | predictor | all")],
+    metrics_port: Annotated[int | None, typer.Option(help="Prometheus port (0 = off).")] = None,
+) -> None:
+    """Run a worker until SIGTERM (offsets are committed on the way out)."""
+    from leap import worker as worker_mod
+
+    if role not in worker_mod.ROLES:
+        raise fail(f"unknown role {role!r}; choose one of: {', '.join(worker_mod.ROLES)}")
+    port = worker_mod.DEFAULT_METRICS_PORTS[role] if metrics_port is None else metrics_port
+    sys.argv = [sys.argv[0]]  # faust's Worker parses argv; ours are already consumed
+    worker_mod.run(Settings.from_env(), role, port)
+
+
+@app.command()
+def submit(
+    file: Annotated[Path, typer.Argument(help="JSON lines, one submission per line ('-' = stdin).")],
+    wait: Annotated[bool, typer.Option(help="Wait for and print each ranking.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for rankings.")] = 30.0,
+) -> None:
+    """Publish submissions and print their rankings as JSON lines."""
+    from streams.client import SchedulerClient
+
+    if str(file) != "-" and not file.is_file():
+        raise fail(f"{file}: no such file")
+    lines = sys.stdin.read().splitlines() if str(file) == "-" else file.read_text().splitlines()
+    subs: list[Submission] = []
+    errors = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            subs.append(Submission.decode(line.encode()))
+        except EventError as exc:
+            errors.append(f"line {number}: {exc}")
+    if errors:
+        for e in errors:
+            console.print(f"[red]{e}[/]")
+        raise fail(f"{len(errors)} invalid submission(s); nothing was published")
+    if not subs:
+        raise fail(f"{file}: no submissions")
+    with SchedulerClient(Settings.from_env(), follow_rankings=wait) as client:
+        for sub in subs:
+            client.publish(sub)
+        client.flush()
+        console.print(f"published {len(subs)} submission(s)")
+        if wait:
+            got = client.wait_for([s.attempt_id for s in subs], timeout=timeout)
+            for sub in subs:
+                if sub.attempt_id in got:
+                    print(got[sub.attempt_id][0].encode().decode())
+            missing = len(subs) - len(got)
+            if missing:
+                raise fail(f"{missing} ranking(s) did not arrive within {timeout}s", code=1)
+
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+
+@app.command()
+def schemas(
+    out: Annotated[Path, typer.Option(help="Folder to write the JSON Schema files into.")] = SCHEMA_DIR,
+    check: Annotated[bool, typer.Option(help="Only check that the files match the code.")] = False,
+) -> None:
+    """Write (or check) the JSON Schema of every event, generated from the contracts."""
+    from streams.events import EVENT_TYPES, json_schema
+
+    stale = []
+    for cls in EVENT_TYPES:
+        path = out / f"{cls.NAME}.schema.json"
+        text = orjson.dumps(json_schema(cls), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
+        if check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if stale:
+        raise fail(f"schemas out of date: {', '.join(stale)} (run `leap schemas`)", code=1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Session-scoped fixtures on the real Kafka broker and redis-server that ``leap services up``
+starts (or, with ``LEAP_USE_TESTCONTAINERS=1`` and a Docker engine, on testcontainers)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from leap import services
+from leap.runtime import redis_client
+from leap.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _testcontainers_settings() -> Iterator[Settings] | None:
+    if os.environ.get("LEAP_USE_TESTCONTAINERS") != "1" or not services.docker_available():
+        return None
+
+    def gen() -> Iterator[Settings]:
+        from testcontainers.kafka import KafkaContainer
+        from testcontainers.redis import RedisContainer
+
+        with KafkaContainer(f"apache/kafka:{services.KAFKA_VERSION}").with_kraft() as kafka, \
+                RedisContainer("redis:7") as red:
+            url = f"redis://{red.get_container_host_ip()}:{red.get_exposed_port(6379)}/0"
+            yield replace(Settings.from_env(), kafka_bootstrap=kafka.get_bootstrap_server(), redis_url=url,
+                          kafka_from_env=True, redis_from_env=True)
+
+    return gen()
+
+
+@pytest.fixture(scope="session")
+def settings() -> Iterator[Settings]:
+    containers = _testcontainers_settings()
+    if containers is not None:
+        yield from containers
+        return
+    base = Settings.from_env()
+    services.up(base)
+    yield base
+
+
+@pytest.fixture(scope="session")
+def running_services(settings: Settings) -> dict[str, Any]:
+    return services.status(settings)
+
+
+@pytest.fixture(scope="session")
+def rds(settings: Settings) -> redis.Redis:
+    return redis_client(settings)
+
+
+@pytest.fixture(scope="session")
+def topics(settings: Settings) -> dict[str, str]:
+    from streams.topics import create_topics
+
+    return create_topics(settings)
+
+
+@pytest.fixture
+def run_id() -> str:
+    """A fresh id to keep one test's jobs, keys and attempts apart from every other's."""
+    return uuid.uuid4().hex[:10]
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(LEAP_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, LEAP_REDIS_URL=settings.redis_url,
+               LEAP_HOME=str(settings.home), LEAP_KEY_PREFIX=settings.key_prefix)
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """``leap worker ROLE`` as a child process, stopped with SIGTERM like in production."""
+
+    def __init__(self, settings: Settings, role: str, log_path: Path, **env: str) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leap.cli", "worker", role, "--metrics-port", "0"],
+            cwd=ROOT, env=worker_env(settings, **env), stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+def wait_until_ranking(settings: Settings, proc: WorkerProcess, timeout: float = 90) -> None:
+    """Block until the predictor answers a canary submission."""
+    from tests.factories import submission
+    from streams.client import SchedulerClient
+
+    deadline = time.monotonic() + timeout
+    with SchedulerClient(settings) as client:
+        while time.monotonic() < deadline:
+            if proc.proc.poll() is not None:
+                raise RuntimeError(f"worker exited early:\n{proc.log_tail()}")
+            canary = submission(f"canary-{uuid.uuid4().hex[:8]}", 0)
+            client.publish(canary)
+            client.flush()
+            if client.wait_for([canary.attempt_id], timeout=5):
+                return
+    raise RuntimeError(f"worker gave no ranking within {timeout}s:\n{proc.log_tail()}")
+
+
+@pytest.fixture(scope="session")
+def worker(settings: Settings, topics: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    """One ``leap worker all`` for the session's end-to-end tests."""
+    proc = WorkerProcess(settings, "all", tmp_path_factory.mktemp("worker") / "worker.log")
+    try:
+        wait_until_ranking(settings, proc)
+        yield proc
+    finally:
+        proc.stop()

@@ -1,0 +1,207 @@
+"""End to end through a real ``leap worker all``: Kafka in, Redis state and rankings out.
+
+500 submissions and 2,000 finishes with 5% duplicates, 5% out of order and 2% malformed:
+exactly 500 rankings, Redis equal to an expectation computed here from the events alone
+(independently of the Lua scripts and of ``features.offline``), every malformed message in the
+dead-letter topic with its reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import statistics
+import time
+from collections import defaultdict
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+from features.keys import JOB_WINDOW, LOOKUP_WINDOW, KeyLayout
+from leap.settings import Settings
+from streams.client import SchedulerClient
+from streams.events import MAX_EVENT_BYTES, DeadLetter, Ranking
+from streams.topics import DEAD_LETTER, JOB_FINISHES, SUBMISSIONS
+from tests.conftest import WorkerProcess
+from tests.factories import T0, finish_dict, submission_dict
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+HARDWARE = ("H100-SXM", "A100-80GB", "MI300X", "TPU-v5p")
+N_JOBS, N_MODELS = 100, 10
+
+
+def _events(run: str, rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    finishes = []
+    for i in range(2000):
+        job = f"{run}-job{i % N_JOBS}"
+        model = (i % N_JOBS) % N_MODELS
+        outcome = rng.choices(("completed", "failed", "preempted"), (0.9, 0.05, 0.05))[0]
+        tput = None if outcome == "failed" else round(rng.uniform(50, 5000), 3)
+        finishes.append(
+            finish_dict(job, f"{run}-f{i}", T0 + i * 7.5, rng.choice(HARDWARE), tput,
+                        model_type=f"{run}-m{model}", family=f"{run}-fam{model % 3}", outcome=outcome)
+        )
+    subs = [
+        submission_dict(f"{run}-job{i % N_JOBS}", i, event_id=f"{run}-s{i}", attempt_id=f"{run}-a{i}",
+                        model_type=f"{run}-m{(i % N_JOBS) % N_MODELS}", event_time=T0 + 20000 + i)
+        for i in range(500)
+    ]
+    return finishes, subs
+
+
+def _malformed(run: str, tag: str, good: dict[str, Any], number: str, count: int) -> list[tuple[str, bytes, str]]:
+    """(key, value, expected reason): every kind of bad input, cycled to ``count`` messages."""
+    body = orjson.dumps(good)[:-1]
+    cases: list[tuple[bytes, str]] = [
+        (b"{not json", "bad_json"),
+        (orjson.dumps({**good, number: "fast"}), "bad_field"),
+        (orjson.dumps({**good, number: -3.0}), "out_of_range"),
+        (body + b',"%s":NaN}' % number.encode(), "bad_json"),
+        (body + b',"%s":1e400}' % number.encode(), "bad_json"),  # JSON cannot carry infinity either
+        (orjson.dumps({**good, "schema_version": 99}), "unknown_schema_version"),
+        (orjson.dumps({k: v for k, v in good.items() if k != "job_key"}), "missing_field"),
+        (orjson.dumps({**good, "pad": "x" * (MAX_EVENT_BYTES + 10)}), "oversize"),
+    ]
+    return [(f"{run}-{tag}{i}", *cases[i % len(cases)]) for i in range(count)]
+
+
+def _median_window(entries: list[tuple[float, str, float]], limit: int) -> tuple[list[tuple[float, str, float]], float]:
+    window = sorted(entries)[-limit:]
+    return window, statistics.median(v for _, _, v in window)
+
+
+def _expected_state(finishes: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    distinct = {f["event_id"]: f for f in finishes}.values()
+    per_job: dict[str, dict[str, list[tuple[float, str, float]]]] = defaultdict(lambda: defaultdict(list))
+    counters: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    per_agg: dict[str, dict[str, list[tuple[float, str, float]]]] = defaultdict(lambda: defaultdict(list))
+    for f in distinct:
+        counters[f["job_key"]][f["outcome"]] += 1
+        if f["throughput"] is None:
+            continue
+        entry = (f["event_time"], f["event_id"], f["throughput"] / f["num_accelerators"])
+        per_job[f["job_key"]][f["hardware"]].append(entry)
+        per_agg["m:" + f["model_type"]][f["hardware"]].append(entry)
+        per_agg["f:" + f["family"]][f["hardware"]].append(entry)
+    jobs: dict[str, dict[str, Any]] = {}
+    for job, counts in counters.items():
+        state: dict[str, Any] = {f"_{k}": v for k, v in counts.items()}
+        for hw, entries in per_job[job].items():
+            window, med = _median_window(entries, JOB_WINDOW)
+            state[hw] = (len(entries), window[-1][0], window[-1][2], med)
+        jobs[job] = state
+    aggs = {}
+    for agg, by_hw in per_agg.items():
+        aggs[agg] = {}
+        for hw, entries in by_hw.items():
+            assert len(entries) <= LOOKUP_WINDOW  # so the expected count is exact
+            aggs[agg][hw] = (len(entries), _median_window(entries, LOOKUP_WINDOW)[1])
+    return jobs, aggs
+
+
+def _read_job(rds: redis.Redis, key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field, value in rds.hgetall(key).items():
+        name, text = field.decode(), value.decode()
+        if name.startswith("_"):
+            if name in ("_completed", "_failed", "_preempted"):
+                out[name] = int(text)
+            continue
+        n, t, last, robust = text.split(",")
+        out[name] = (int(n), float(t), float(last), float(robust))
+    return out
+
+
+def _dead_letters_since(settings: Settings, since_ms: int, keys: set[str], timeout: float = 60) -> dict[str, DeadLetter]:
+    consumer = Consumer(settings.confluent_config(**{"group.id": "leap-test-unused", "enable.auto.commit": False}))
+    parts = consumer.list_topics(DEAD_LETTER.name, timeout=10).topics[DEAD_LETTER.name].partitions
+    offsets = consumer.offsets_for_times([TopicPartition(DEAD_LETTER.name, p, since_ms) for p in parts], timeout=10)
+    consumer.assign(offsets)
+    found: dict[str, DeadLetter] = {}
+    deadline = time.monotonic() + timeout
+    while keys - found.keys() and time.monotonic() < deadline:
+        for msg in consumer.consume(500, timeout=0.5):
+            if msg.error():
+                continue
+            letter = DeadLetter.decode(msg.value())
+            if letter.key in keys:
+                found[letter.key] = letter
+    consumer.close()
+    return found
+
+
+def test_end_to_end(settings: Settings, worker: WorkerProcess, rds: redis.Redis, run_id: str) -> None:
+    rng = random.Random(7)
+    finishes, subs = _events(run_id, rng)
+    order = list(finishes)
+    # 5% out of order: move events far later than their event time says
+    late = rng.sample(range(len(order)), 100)
+    tail = [order[i] for i in sorted(late)]
+    order = [f for i, f in enumerate(order) if i not in set(late)] + tail
+    # 5% duplicates, re-sent at random later positions
+    for dup in rng.sample(finishes, 100):
+        order.insert(rng.randrange(len(order) // 2, len(order)), dup)
+    bad_finishes = _malformed(run_id, "badfin", finishes[0], "throughput", 40)
+    bad_subs = _malformed(run_id, "badsub", subs[0], "params", 10)
+    for bad in bad_finishes:
+        order.insert(rng.randrange(len(order) + 1), {"_raw": bad})
+    since_ms = int(time.time() * 1000) - 1000
+
+    with SchedulerClient(settings) as client:
+        for f in order:
+            if "_raw" in f:
+                client.publish_raw(JOB_FINISHES.name, f["_raw"][0], f["_raw"][1])
+            else:
+                client.publish_raw(JOB_FINISHES.name, f["job_key"], orjson.dumps(f))
+        client.flush()
+
+        expected_jobs, expected_aggs = _expected_state(finishes)
+        layout = KeyLayout(settings.key_prefix)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            actual = {job: _read_job(rds, layout.job(job)) for job in expected_jobs}
+            if actual == expected_jobs:
+                break
+            time.sleep(0.5)
+        assert actual == expected_jobs, worker.log_tail()
+        for agg, by_hw in expected_aggs.items():
+            kind, name = agg.split(":", 1)
+            key = layout.lookup_model(name) if kind == "m" else layout.lookup_family(name)
+            stored = {k.decode(): v.decode().split(",") for k, v in rds.hgetall(key).items()}
+            assert {hw: (int(n), float(m)) for hw, (n, m) in stored.items()} == by_hw
+
+        for i, s in enumerate(subs):
+            client.publish_raw(SUBMISSIONS.name, s["job_key"], orjson.dumps(s))
+            if i % 50 == 0:
+                key, value, _ = bad_subs[i // 50]
+                client.publish_raw(SUBMISSIONS.name, key, value)
+        client.flush()
+        wanted = {s["attempt_id"] for s in subs}
+        seen: list[Ranking] = []
+        deadline = time.monotonic() + 120
+        while len({r.attempt_id for r in seen}) < len(wanted) and time.monotonic() < deadline:
+            seen.extend(r for r, _ in client.rankings(timeout=1.0) if r.attempt_id in wanted)
+        # a little longer: a duplicate ranking would show up now
+        seen.extend(r for r, _ in client.rankings(timeout=2.0) if r.attempt_id in wanted)
+
+    assert len(seen) == 500 and {r.attempt_id for r in seen} == wanted
+    by_attempt = {r.attempt_id: r for r in seen}
+    for s in subs:
+        ranking = by_attempt[s["attempt_id"]]
+        assert [c["hardware"] for c in ranking.candidates if c["rank"] is not None]
+        assert ranking.best_hardware in s["candidates"]
+        assert ranking.submission_event_id == s["event_id"]
+
+    expected_letters = {key: reason for key, _, reason in bad_finishes + bad_subs}
+    letters = _dead_letters_since(settings, since_ms, set(expected_letters))
+    assert set(letters) == set(expected_letters)
+    raw_by_key = {key: value for key, value, _ in bad_finishes + bad_subs}
+    for key, letter in letters.items():
+        assert letter.reason == expected_letters[key], letter.error
+        assert letter.error
+        assert letter.source_topic in (JOB_FINISHES.name, SUBMISSIONS.name)
+        assert base64.b64decode(letter.raw_base64 or "") == raw_by_key[key]

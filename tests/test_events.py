@@ -1,0 +1,113 @@
+"""Event contracts: validation, error messages, encoding, and the published JSON Schemas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import orjson
+import pytest
+
+from streams.events import (
+    EVENT_TYPES,
+    MAX_EVENT_BYTES,
+    EventError,
+    JobFinish,
+    Submission,
+    json_schema,
+)
+from tests.factories import finish_dict, submission_dict
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+
+
+def test_round_trip() -> None:
+    sub = Submission.from_dict(submission_dict("j", 1))
+    assert Submission.decode(sub.encode()) == sub
+    fin = JobFinish.from_dict(finish_dict("j", "e", 1.7e9, "H100-SXM", 10.0))
+    assert JobFinish.decode(fin.encode()) == fin
+
+
+@pytest.mark.parametrize(
+    ("change", "reason", "words"),
+    [
+        ({"params": "big"}, "bad_field", "submission.params: expected a number, got 'big'"),
+        ({"params": -1.0}, "out_of_range", "submission.params: must be > 0"),
+        ({"global_batch_size": 1.5}, "bad_field", "expected an integer"),
+        ({"precision": "int4"}, "bad_field", "'int4' is not one of"),
+        ({"candidates": []}, "bad_field", "needs at least 1"),
+        ({"candidates": ["H100-SXM", "H100-SXM"]}, "bad_field", "duplicate"),
+        ({"schema_version": 3}, "unknown_schema_version", "3 is not supported"),
+        ({"data_parallel": 4}, "inconsistent", "num_accelerators = 8"),
+        ({"job_key": ""}, "bad_field", "non-empty string"),
+        ({"event_time": True}, "bad_field", "expected a number"),
+    ],
+)
+def test_submission_errors_say_what_is_wrong(change: dict[str, object], reason: str, words: str) -> None:
+    with pytest.raises(EventError) as err:
+        Submission.from_dict(submission_dict("j", 1, **change))
+    assert err.value.reason == reason
+    assert words in str(err.value)
+
+
+def test_missing_field() -> None:
+    payload = submission_dict("j", 1)
+    del payload["model_type"]
+    with pytest.raises(EventError, match="submission.model_type: required field is missing"):
+        Submission.from_dict(payload)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"{oops", "bad_json"),
+        (b'{"throughput": NaN}', "bad_json"),
+        (b"[1, 2]", "bad_json"),
+        (b"x" * (MAX_EVENT_BYTES + 1), "oversize"),
+        (None, "bad_json"),
+    ],
+)
+def test_decode_rejects_bad_bytes(raw: bytes | None, reason: str) -> None:
+    with pytest.raises(EventError) as err:
+        JobFinish.decode(raw)
+    assert err.value.reason == reason
+
+
+@pytest.mark.parametrize("value", [0.0, -2.0, float("inf"), float("nan")])
+def test_throughput_must_be_finite_and_positive(value: float) -> None:
+    with pytest.raises(EventError) as err:
+        JobFinish.from_dict(finish_dict("j", "e", 1.7e9, "H100-SXM", value))
+    assert err.value.reason in ("out_of_range", "not_finite")
+
+
+def test_completed_finish_needs_throughput_but_failed_may_not() -> None:
+    with pytest.raises(EventError, match="required when outcome is 'completed'"):
+        JobFinish.from_dict(finish_dict("j", "e", 1.7e9, "H100-SXM", None))
+    failed = JobFinish.from_dict(finish_dict("j", "e", 1.7e9, "H100-SXM", None, outcome="failed"))
+    assert failed.throughput is None
+
+
+def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
+    sub = Submission.from_dict(submission_dict("j", 1, added_later="x"))
+    assert "added_later" not in sub.to_dict()
+
+
+@pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.NAME)
+def test_published_schema_matches_code(cls: type) -> None:
+    path = SCHEMAS / f"{cls.NAME}.schema.json"
+    assert json.loads(path.read_text()) == json_schema(cls), "run `leap schemas` and commit the result"
+
+
+def test_schema_accepts_what_code_accepts_and_rejects_what_it_rejects() -> None:
+    schema = json.loads((SCHEMAS / "submission.schema.json").read_text())
+    good = submission_dict("j", 1)
+    jsonschema.validate(good, schema)
+    for bad in ({**good, "params": "x"}, {**good, "precision": "int4"}, {**good, "schema_version": 2}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+        with pytest.raises(EventError):
+            Submission.from_dict(bad)
+    finish_schema = json.loads((SCHEMAS / "job_finish.schema.json").read_text())
+    jsonschema.validate(orjson.loads(orjson.dumps(finish_dict("j", "e", 1.7e9, "T4", None, outcome="failed"))),
+                        finish_schema)

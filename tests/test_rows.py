@@ -1,0 +1,82 @@
+"""The row builder: one row per candidate, identical for serving and for training."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import redis
+
+from features.keys import KeyLayout
+from features.offline import OfflineFeatureState
+from features.rows import CATEGORICAL, COLUMNS, GROUPS, build_rows
+from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
+from features.store import FeatureStore
+from leap.hardware import load_catalogue
+from leap.runtime import canonicalizer
+from tests.factories import T0, finish, submission
+
+CAT = load_catalogue()
+
+
+def _assert_rows_equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for col in a:
+        if col in CATEGORICAL:
+            assert list(a[col]) == list(b[col]), col
+        else:
+            np.testing.assert_array_equal(a[col], b[col], err_msg=col)
+
+
+def test_groups_cover_every_column_once() -> None:
+    grouped = [c for cols in GROUPS.values() for c in cols]
+    assert len(grouped) == len(set(grouped))
+    assert set(COLUMNS) == set(grouped) | {"anchor_log"}
+
+
+@pytest.mark.integration
+def test_served_row_equals_training_row(rds: redis.Redis, run_id: str) -> None:
+    canon = canonicalizer(CAT)
+    store = FeatureStore(rds, KeyLayout(f"rows-{run_id}"), canonicalize=canon)
+    offline = OfflineFeatureState(canon)
+    events = [
+        finish("j", "e1", T0, "A100-80GB", 400.0),
+        finish("j", "e2", T0 + 50, "A100-80GB", 420.0),
+        finish("k", "e3", T0 + 60, "H100-SXM", 1200.0),
+        finish("j", "e4", T0 + 70, "MI300X", None, outcome="failed"),
+    ]
+    try:
+        store.apply_finishes(events)
+        for ev in events:
+            offline.apply_finish(ev)
+        sub = submission("j", 9, event_time=T0 + 3600)
+        served = build_rows(sub, store.read([sub])[0], sub.candidates, CAT)
+        trained = build_rows(sub, offline.snapshot(sub), sub.candidates, CAT)
+        _assert_rows_equal(served, trained)
+    finally:
+        store.delete_all()
+
+
+def test_prior_on_other_hardware_is_transferred_by_the_lookup_ratio() -> None:
+    snap = FeatureSnapshot(
+        prior={"A100-80GB": PriorStat(3, T0, 50.0, 50.0)},
+        lookup_model={"A100-80GB": LookupStat(10, 40.0), "H100-SXM": LookupStat(10, 120.0)},
+    )
+    sub = submission("j", 1, event_time=T0 + 7200)
+    rows = build_rows(sub, snap, ["H100-SXM", "A100-80GB"], CAT)
+    assert math.exp(rows["transfer_log"][0]) == pytest.approx(50.0 * 120.0 / 40.0)
+    assert math.exp(rows["transfer_log"][1]) == pytest.approx(50.0)  # own history on that hardware
+    assert rows["prior_hw"][0] == "A100-80GB" and rows["prior_same_age_h"][1] == pytest.approx(2.0)
+
+
+def test_unknown_hardware_has_no_specs_but_keeps_its_name() -> None:
+    rows = build_rows(submission("j", 1), FeatureSnapshot(), ["Quantum-9000"], CAT)
+    assert rows["hardware"][0] == "Quantum-9000" and rows["vendor"][0] == "unknown"
+    assert math.isnan(rows["peak_tflops"][0]) and math.isnan(rows["anchor_log"][0])
+
+
+def test_aliases_resolve_to_canonical_rows() -> None:
+    a = build_rows(submission("j", 1), FeatureSnapshot(), ["H100"], CAT)
+    b = build_rows(submission("j", 1), FeatureSnapshot(), ["H100-SXM"], CAT)
+    _assert_rows_equal(a, b)

@@ -1,0 +1,105 @@
+"""The online store's update scripts and batched reads, on the real redis-server."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from features.keys import JOB_WINDOW, KeyLayout
+from features.offline import OfflineFeatureState
+from features.store import FeatureStore
+from leap.hardware import load_catalogue
+from leap.runtime import canonicalizer
+from tests.factories import T0, finish, start, submission
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def store(rds: redis.Redis, run_id: str) -> Iterator[FeatureStore]:
+    fs = FeatureStore(rds, KeyLayout(f"test-{run_id}"), canonicalize=canonicalizer(load_catalogue()))
+    yield fs
+    fs.delete_all()
+
+
+def test_duplicate_finish_changes_nothing(store: FeatureStore) -> None:
+    ev = finish("j", "e1", T0, "H100-SXM", 800.0)
+    assert store.apply_finishes([ev]) == [1]
+    before = store.read([submission("j", 1)])
+    assert store.apply_finishes([ev, ev]) == [0, 0]
+    assert store.read([submission("j", 1)]) == before
+    assert before[0].prior["H100-SXM"].n == 1
+
+
+def test_late_event_never_overwrites_newer_state(store: FeatureStore) -> None:
+    store.apply_finishes([finish("j", "new", T0 + 100, "H100-SXM", 800.0)])
+    store.apply_finishes([finish("j", "old", T0, "H100-SXM", 80.0)])
+    prior = store.read([submission("j", 1)])[0].prior["H100-SXM"]
+    assert (prior.last_time, prior.last) == (T0 + 100, 100.0)  # per accelerator: 800 / 8
+    assert prior.n == 2 and prior.robust == pytest.approx((10.0 + 100.0) / 2)
+
+
+def test_robust_estimate_ignores_a_straggler(store: FeatureStore) -> None:
+    values = [800.0, 810.0, 790.0, 500.0, 805.0]  # one attempt 38% slower
+    store.apply_finishes([finish("j", f"e{i}", T0 + i, "A100-80GB", v) for i, v in enumerate(values)])
+    prior = store.read([submission("j", 1)])[0].prior["A100-80GB"]
+    assert prior.robust == pytest.approx(800.0 / 8)
+    assert prior.last == pytest.approx(805.0 / 8)
+
+
+def test_window_keeps_only_the_newest(store: FeatureStore) -> None:
+    store.apply_finishes([finish("j", f"e{i}", T0 + i, "T4", 8.0 * (i + 1)) for i in range(JOB_WINDOW + 5)])
+    prior = store.read([submission("j", 1)])[0].prior["T4"]
+    kept = list(range(6, JOB_WINDOW + 6))
+    assert prior.n == JOB_WINDOW + 5
+    assert prior.robust == pytest.approx(sum(kept[len(kept) // 2 - 1: len(kept) // 2 + 1]) / 2)
+
+
+def test_aliases_land_in_one_field(store: FeatureStore) -> None:
+    store.apply_finishes([finish("j", "a", T0, "H100", 80.0), finish("j", "b", T0 + 1, "H100-SXM", 80.0)])
+    snap = store.read([submission("j", 1)])[0]
+    assert set(snap.prior) == {"H100-SXM"} and snap.prior["H100-SXM"].n == 2
+
+
+def test_failed_attempts_are_counted_without_a_throughput(store: FeatureStore) -> None:
+    store.apply_finishes([finish("j", "f", T0, "MI300X", None, outcome="failed"),
+                          finish("j", "p", T0 + 1, "MI300X", 40.0, outcome="preempted")])
+    store.apply_starts([start("j", "s1", T0 - 10, "MI300X"), start("j", "s1", T0 - 10, "MI300X")])
+    snap = store.read([submission("j", 1)])[0]
+    assert (snap.failed, snap.preempted, snap.completed, snap.starts) == (1, 1, 0, 1)
+    assert snap.prior["MI300X"].n == 1
+
+
+def test_batch_read_is_one_round_trip_per_batch(store: FeatureStore, rds: redis.Redis) -> None:
+    store.apply_finishes([finish(f"j{i}", f"e{i}", T0, "L4", 10.0) for i in range(50)])
+    before = int(rds.info("stats")["total_commands_processed"])
+    snaps = store.read([submission(f"j{i}", i) for i in range(50)])
+    after = int(rds.info("stats")["total_commands_processed"])
+    assert all(s.prior["L4"].n == 1 for s in snaps)
+    # 3 HGETALL per submission, and the INFO call itself; no per-key extra reads
+    assert after - before == 3 * 50 + 1
+
+
+def test_scripts_agree_with_the_offline_replay(store: FeatureStore) -> None:
+    rng = random.Random(3)
+    canon = canonicalizer(load_catalogue())
+    offline = OfflineFeatureState(canon)
+    events = []
+    for i in range(600):
+        job = f"j{rng.randrange(12)}"
+        hw = rng.choice(["H100-SXM", "H100", "A100-80GB", "TPU-v5p", "MI300X"])
+        outcome = rng.choices(["completed", "failed", "preempted"], [0.85, 0.1, 0.05])[0]
+        tput = None if outcome == "failed" else rng.uniform(1, 3000)
+        events.append(finish(job, f"e{i}", T0 + rng.uniform(0, 1e5), hw, tput, outcome=outcome,
+                             model_type=f"m{rng.randrange(4)}", family=f"f{rng.randrange(2)}"))
+    events += rng.sample(events, 60)  # duplicates
+    rng.shuffle(events)  # and out of order
+    for chunk in range(0, len(events), 97):
+        store.apply_finishes(events[chunk: chunk + 97])
+    for ev in events:
+        offline.apply_finish(ev)
+    subs = [submission(f"j{k}", k, model_type=f"m{k % 4}", family=f"f{k % 2}") for k in range(12)]
+    assert store.read(subs) == [offline.snapshot(s) for s in subs]
