@@ -77,6 +77,8 @@ _TARBALL_MIRRORS = (
     "https://archive.apache.org/dist/kafka",
 )
 
+_log = logging.getLogger(__name__)
+
 # librdkafka reports every refused connection while a broker starts; those are expected while
 # waiting, and the real failure is reported by our own timeout message instead.
 _QUIET_LOG = logging.getLogger("leap.services.librdkafka")
@@ -371,8 +373,9 @@ def _java() -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
+        where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "Java is not installed"
         raise ServiceError(
-            "Java is not installed, and a local Kafka broker needs Java 17 or newer "
+            f"{where}, and a local Kafka broker needs Java 17 or newer "
             "(Debian: apt-get install -y openjdk-17-jre-headless). Or set LEAP_KAFKA_BOOTSTRAP to "
             "use an existing cluster."
         )
@@ -783,7 +786,13 @@ def up(settings: Settings, *, step: Step | None = None) -> dict[str, Any]:
             want_docker = []
         if want_docker:
             say(f"docker compose up -d {' '.join(want_docker)}")
-            _compose("up", "-d", *want_docker)
+            try:
+                _compose("up", "-d", *want_docker)
+            except ServiceError as exc:
+                # An engine without registry access (or without the compose plugin) is common
+                # on locked-down machines; the local processes work there too.
+                _log.warning("Docker did not start the services, running them locally instead: %s", exc)
+                want_docker = []
 
         result: dict[str, Any] = {}
         kafka_pid: int | None = None
@@ -914,7 +923,8 @@ _console = Console(stderr=True)
 
 
 def _fail(exc: ServiceError) -> None:
-    _console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    # soft_wrap: log tails in the message stay one line per log line
+    _console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
