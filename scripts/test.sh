@@ -57,7 +57,8 @@ case "$rc" in
 esac
 
 if [ "${#failed[@]}" -gt 0 ]; then
-  printf '\nFAILED: %s\n' "${failed[@]}" >&2
+  printf '\nFAILED:\n' >&2
+  printf '  %s\n' "${failed[@]}" >&2
   exit 1
 fi
 printf '\nall checks passed\n'
