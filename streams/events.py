@@ -263,6 +263,8 @@ class Event:
 
     FIELDS: ClassVar[tuple[Field, ...]]
     NAME: ClassVar[str]
+    #: Size limit when decoding; dead letters carry a whole rejected message, so theirs is larger.
+    MAX_BYTES: ClassVar[int] = MAX_EVENT_BYTES
 
     @classmethod
     def from_dict(cls: type[E], payload: Any) -> E:
@@ -284,8 +286,8 @@ class Event:
     def decode(cls: type[E], raw: bytes | None) -> E:
         if raw is None:
             raise EventError("bad_json", f"{cls.NAME}: message has no value")
-        if len(raw) > MAX_EVENT_BYTES:
-            raise EventError("oversize", f"{cls.NAME}: {len(raw)} bytes exceeds the {MAX_EVENT_BYTES} limit")
+        if len(raw) > cls.MAX_BYTES:
+            raise EventError("oversize", f"{cls.NAME}: {len(raw)} bytes exceeds the {cls.MAX_BYTES} limit")
         try:
             payload = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -395,6 +397,7 @@ class JobFinish(Event):
 @_event("ranking", RANKING_FIELDS)
 @dataclass(frozen=True, slots=True)
 class Ranking(Event):
+    MAX_BYTES: ClassVar[int] = 4 * MAX_EVENT_BYTES
     schema_version: int
     event_id: str
     event_time: float
@@ -413,6 +416,7 @@ class Ranking(Event):
 @_event("dead_letter", DEAD_LETTER_FIELDS)
 @dataclass(frozen=True, slots=True)
 class DeadLetter(Event):
+    MAX_BYTES: ClassVar[int] = 512 * 1024
     schema_version: int
     event_id: str
     event_time: float

@@ -31,7 +31,7 @@ from tests.factories import T0, finish_dict, submission_dict
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 HARDWARE = ("H100-SXM", "A100-80GB", "MI300X", "TPU-v5p")
-N_JOBS, N_MODELS = 100, 10
+N_JOBS, N_MODELS = 100, 20
 
 
 def _events(run: str, rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -43,7 +43,7 @@ def _events(run: str, rng: random.Random) -> tuple[list[dict[str, Any]], list[di
         tput = None if outcome == "failed" else round(rng.uniform(50, 5000), 3)
         finishes.append(
             finish_dict(job, f"{run}-f{i}", T0 + i * 7.5, rng.choice(HARDWARE), tput,
-                        model_type=f"{run}-m{model}", family=f"{run}-fam{model % 3}", outcome=outcome)
+                        model_type=f"{run}-m{model}", family=f"{run}-fam{model}", outcome=outcome)
         )
     subs = [
         submission_dict(f"{run}-job{i % N_JOBS}", i, event_id=f"{run}-s{i}", attempt_id=f"{run}-a{i}",
