@@ -1,0 +1,73 @@
+"""The metric definitions, on examples computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from predictor.metrics import acc_at, mape, regret, relative_errors, summary, top1
+
+
+def test_relative_errors_by_hand() -> None:
+    err = relative_errors([110.0, 80.0, np.nan], [100.0, 100.0, 50.0])
+    assert err[0] == pytest.approx(0.10)
+    assert err[1] == pytest.approx(0.20)
+    assert math.isnan(err[2])
+
+
+def test_acc_at_counts_boundary_as_hit_and_nan_as_miss() -> None:
+    pred = [110.0, 80.0, 100.0, np.nan]  # errors 0.10, 0.20, 0.00, missing
+    actual = [100.0, 100.0, 100.0, 100.0]
+    assert acc_at(pred, actual, 0.10) == pytest.approx(2 / 4)
+    assert acc_at(pred, actual, 0.20) == pytest.approx(3 / 4)
+
+
+def test_mape_excludes_nan_and_summary_flags_it() -> None:
+    pred = [110.0, 80.0, np.nan]
+    actual = [100.0, 100.0, 100.0]
+    assert mape(pred, actual) == pytest.approx((0.10 + 0.20) / 2)
+    s = summary(pred, actual)
+    assert s == {
+        "acc@10": pytest.approx(1 / 3),
+        "acc@20": pytest.approx(2 / 3),
+        "mape": pytest.approx(0.15),
+        "n": 3,
+        "n_missing": 1,
+    }
+
+
+def test_mape_is_nan_without_any_prediction() -> None:
+    assert math.isnan(mape([np.nan], [1.0]))
+
+
+def test_bad_actuals_rejected() -> None:
+    with pytest.raises(ValueError):
+        acc_at([1.0], [0.0], 0.1)
+    with pytest.raises(ValueError):
+        acc_at([1.0, 2.0], [1.0], 0.1)
+
+
+def test_top1_and_regret_with_prices() -> None:
+    # Two jobs, three hardware types priced 1, 2, 4 $/h.
+    price = [1.0, 2.0, 4.0]
+    true = [[10.0, 30.0, 40.0], [10.0, 15.0, 80.0]]
+    # per dollar: job0 = [10, 15, 10] -> best column 1; job1 = [10, 7.5, 20] -> best column 2
+    pred = [[10.0, 30.0, 40.0], [10.0, 40.0, 60.0]]
+    # predicted per dollar: job0 -> column 1 (hit); job1 = [10, 20, 15] -> column 1 (miss)
+    assert top1(pred, true, price) == pytest.approx(0.5)
+    # job0 regret 0; job1 chose 7.5 samples/$ vs best 20: cost per unit 1/7.5 vs 1/20 -> 20/7.5 - 1
+    assert regret(pred, true, price) == pytest.approx((0.0 + (20 / 7.5 - 1)) / 2)
+
+
+def test_top1_nan_prediction_never_chosen_and_ties_are_hits() -> None:
+    true = [[5.0, 5.0], [1.0, 2.0]]
+    pred = [[1.0, 2.0], [np.nan, 1.0]]
+    assert top1(pred, true) == pytest.approx(1.0)  # tie in truth; NaN skipped -> column 1
+    assert regret(pred, true) == pytest.approx(0.0)
+
+
+def test_regret_needs_full_truth() -> None:
+    with pytest.raises(ValueError):
+        regret([[1.0, 2.0]], [[1.0, np.nan]])
