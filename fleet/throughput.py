@@ -53,8 +53,8 @@ BASE_EFF = {
 SW_EFF: dict[str, dict[str, float]] = {
     "nvidia": dict.fromkeys(FAMILIES, 1.0),
     "amd": {
-        "dense_lm": 0.72,
-        "moe": 0.60,
+        "dense_lm": 0.55,
+        "moe": 0.45,
         "vision_cnn": 0.60,
         "vision_vit": 0.70,
         "diffusion": 0.65,
@@ -100,12 +100,12 @@ SW_EFF: dict[str, dict[str, float]] = {
 GEN_EFF = {
     "K80": 0.55,
     "P100": 0.9,
-    "A100-40GB": 0.85,
-    "A100-80GB": 0.85,
-    "H100-PCIe": 0.8,
-    "H100-SXM": 0.8,
-    "H200": 0.8,
-    "B200": 0.7,
+    "A100-40GB": 0.78,
+    "A100-80GB": 0.78,
+    "H100-PCIe": 0.65,
+    "H100-SXM": 0.72,
+    "H200": 0.72,
+    "B200": 0.62,
     "L4": 0.85,
     "L40S": 0.85,
 }
