@@ -197,7 +197,8 @@ class Pairs:
     """(prior, target) pairs: row ``row`` (on its hardware) predicted from ``prior`` on ``prior_hw``.
 
     ``prior`` is the median of the configuration's measurements on ``prior_hw`` (a job measured
-    several times on one hardware type keeps a robust estimate, as the online store does).
+    several times on one hardware type keeps a robust estimate, as the online store does);
+    ``cfg`` is the configuration id of the target row (for grouped splits of pairs).
     """
 
     row: IntArray
