@@ -37,7 +37,6 @@ NOISE_SIGMA = 0.03
 MAX_ATTEMPTS = 10
 MAX_WAIT_S = 7 * 86400.0  # a job not resubmitted within a week is abandoned
 MAX_RUN_H = 72.0
-_ALTS = 4
 
 DAY = 86400.0
 
@@ -166,7 +165,6 @@ def submission_event(
 class _Recurrence:
     """Jobs waiting to run again, by the time they are ready."""
 
-    rng_u: np.random.Generator
     heap: list[tuple[float, int, int]] = field(default_factory=list)
     counter: int = 0
 
@@ -222,7 +220,7 @@ class Fleet:
         self._chunks: list[Jobs] = []
         self._next_job = 0
         self._attempts: dict[int, int] = {}
-        self._pool = _Recurrence(np.random.default_rng(seed + 1))
+        self._pool = _Recurrence()
         self._clock: float | None = None
 
     def _job(self, job: int) -> tuple[Jobs, int]:
