@@ -48,7 +48,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lookup_model_prior_hw_log",
     ),
 }
-COLUMNS: tuple[str, ...] = tuple(c for cols in GROUPS.values() for c in cols) + ("anchor_log",)
+COLUMNS: tuple[str, ...] = (*(c for cols in GROUPS.values() for c in cols), "anchor_log")
 
 _PRECISION_BITS = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
 assert set(_PRECISION_BITS) == set(PRECISIONS)

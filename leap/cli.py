@@ -14,7 +14,9 @@ import orjson
 import typer
 from rich.console import Console
 
+from fleet import cli as fleet_cli
 from leap import services
+from predictor.measurements import evaluate_measurements_cmd
 from leap.settings import Settings
 from streams.events import EventError, Submission
 
@@ -26,6 +28,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(services.app, name="services", help="Local Kafka (KRaft) and Redis: up, down, status.")
+app.add_typer(fleet_cli.app, name="fleet", help="The simulated fleet: describe, calibrate, history.")
+app.command("evaluate-measurements")(evaluate_measurements_cmd)
 topics_app = typer.Typer(help="Kafka topics owned by LEAP.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 
@@ -114,6 +118,28 @@ def submit(
             missing = len(subs) - len(got)
             if missing:
                 raise fail(f"{missing} ranking(s) did not arrive within {timeout}s", code=1)
+
+
+@app.command()
+def demo(
+    duration: Annotated[float, typer.Option(min=1, help="Seconds of live traffic.")] = 60.0,
+    rate: Annotated[float, typer.Option(min=0.1, help="Submissions per second.")] = 50.0,
+    summary_json: Annotated[Path | None, typer.Option(help="Write the summary here as JSON.")] = None,
+    seed: Annotated[int, typer.Option(help="Simulator seed.")] = 0,
+    warmup: Annotated[int, typer.Option(min=0, help="Earlier attempts published as history first.")] = 5000,
+    deadline_ms: Annotated[float, typer.Option(min=1, help="How long the scheduler waits for a ranking.")] = 500.0,
+    attempts_per_day: Annotated[float, typer.Option(min=1, help="Simulated submission rate per day.")] = 5000.0,
+) -> None:
+    """Bring everything up and run the scheduler simulator against the live workers."""
+    from leap.demo import run_demo
+
+    if summary_json is not None and not summary_json.parent.exists():
+        raise fail(f"{summary_json.parent}: folder does not exist")
+    summary = run_demo(duration, rate, seed, warmup, deadline_ms, attempts_per_day)
+    text = orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode()
+    if summary_json is not None:
+        summary_json.write_text(text + "\n")
+    print(text)
 
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis
 
 from features.keys import KeyLayout
@@ -16,7 +18,7 @@ def redis_client(settings: Settings) -> redis.Redis:
                                 health_check_interval=30)
 
 
-def canonicalizer(catalogue: Catalogue):  # type: ignore[no-untyped-def]
+def canonicalizer(catalogue: Catalogue) -> Callable[[str], str]:
     """``name -> canonical name`` (names the catalogue lacks come back unchanged)."""
 
     def canonical(name: str) -> str:

@@ -43,7 +43,7 @@ class ThroughputModel(ABC):
         )
         return self
 
-    def _fit(self, rows: Rows, y: np.ndarray) -> None:
+    def _fit(self, rows: Rows, y: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Model-specific learning; baselines that only read features learn nothing here."""
 
     def predict(self, rows: Rows) -> np.ndarray:

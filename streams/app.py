@@ -61,7 +61,9 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
         web_enabled=False,
         topic_disable_leader=True,
         topic_allow_declare=False,  # topics come from streams.topics, never auto-created
-        consumer_auto_offset_reset="earliest",
+        # A new feature group rebuilds state from the retained history; a new predictor group
+        # starts at the end (nobody waits for rankings of old submissions any more).
+        consumer_auto_offset_reset="latest" if role == "predictor" else "earliest",
         producer_linger_ms=5,
         broker_commit_every=500,
         broker_commit_interval=1.0,
@@ -149,7 +151,7 @@ def attach_feature_agents(app: faust.App, topics: dict[str, faust.TopicT], store
                 metrics.DUPLICATES.labels(topic).inc(duplicates)
             now = time.time()
             for ev in good:
-                metrics.FEATURE_FRESHNESS.observe(max(0.0, now - ev.event_time))
+                metrics.FEATURE_FRESHNESS.observe(max(0.0, now - getattr(ev, "event_time", now)))
 
     @app.agent(topics[JOB_STARTS.name], name="leap.features.job-starts")
     async def job_starts(stream: Any) -> None:

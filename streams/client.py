@@ -17,6 +17,16 @@ from leap.settings import Settings
 from streams.events import JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
 
+_PRODUCER: dict[str, str | int | float | bool] = {
+    "linger.ms": 2, "enable.idempotence": True, "compression.type": "lz4",
+}
+_CONSUMER: dict[str, str | int | float | bool] = {
+    "group.id": "leap-scheduler-unused",  # required by librdkafka; never committed
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "fetch.wait.max.ms": 10,
+}
+
 
 class DeliveryError(RuntimeError):
     """The broker did not acknowledge a message."""
@@ -37,19 +47,12 @@ class SchedulerClient:
         self.settings = settings
         self._errors: list[str] = []
         self.producer = Producer(
-            settings.confluent_config(**{"linger.ms": 2, "enable.idempotence": True, "compression.type": "lz4"})
+            settings.confluent_config(**_PRODUCER)
         )
         self.consumer: Consumer | None = None
         if follow_rankings:
             self.consumer = Consumer(
-                settings.confluent_config(
-                    **{
-                        "group.id": "leap-scheduler-unused",  # required by librdkafka; never committed
-                        "enable.auto.commit": False,
-                        "enable.auto.offset.store": False,
-                        "fetch.wait.max.ms": 10,
-                    }
-                )
+                settings.confluent_config(**_CONSUMER)
             )
             meta = self.consumer.list_topics(RANKINGS.name, timeout=10)
             partitions = meta.topics[RANKINGS.name].partitions

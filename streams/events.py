@@ -145,19 +145,20 @@ def _validate_fields(event: str, specs: tuple[Field, ...], payload: Mapping[str,
 
 # ---------------------------------------------------------------- field specs
 
-_ID = {"max_len": 256}
+#: Longest id (job_key, attempt_id, model_type) accepted.
+ID_LEN = 256
 
 COMMON_FIELDS: tuple[Field, ...] = (
     Field("schema_version", "int", "Contract version; this code reads 1.", minimum=1),
     Field("event_id", "str", "Unique id of this event; used to drop duplicates.", max_len=128),
     Field("event_time", "float", "When the event happened, Unix seconds (UTC).", exclusive_minimum=0),
-    Field("job_key", "str", "Names the job across attempts (also the Kafka key).", **_ID),
+    Field("job_key", "str", "Names the job across attempts (also the Kafka key).", max_len=ID_LEN),
 )
 
 SUBMISSION_FIELDS: tuple[Field, ...] = (
     *COMMON_FIELDS,
-    Field("attempt_id", "str", "Names this attempt of the job.", **_ID),
-    Field("model_type", "str", "Model type, e.g. 'llama-7b'.", **_ID),
+    Field("attempt_id", "str", "Names this attempt of the job.", max_len=ID_LEN),
+    Field("model_type", "str", "Model type, e.g. 'llama-7b'.", max_len=ID_LEN),
     Field("family", "str", "Model family, e.g. 'dense_lm', 'moe', 'vision_cnn'.", max_len=64),
     Field("params", "float", "Parameter count.", exclusive_minimum=0),
     Field("global_batch_size", "int", "Global batch size in samples.", minimum=1),
@@ -183,8 +184,8 @@ SUBMISSION_FIELDS: tuple[Field, ...] = (
 
 START_FIELDS: tuple[Field, ...] = (
     *COMMON_FIELDS,
-    Field("attempt_id", "str", "Names this attempt of the job.", **_ID),
-    Field("model_type", "str", "Model type.", **_ID),
+    Field("attempt_id", "str", "Names this attempt of the job.", max_len=ID_LEN),
+    Field("model_type", "str", "Model type.", max_len=ID_LEN),
     Field("family", "str", "Model family.", max_len=64),
     Field("hardware", "str", "Hardware type the attempt was placed on.", max_len=64),
     Field("num_accelerators", "int", "Accelerators used.", minimum=1, maximum=65536),
@@ -217,7 +218,7 @@ CANDIDATE_FIELDS: tuple[Field, ...] = (
 
 RANKING_FIELDS: tuple[Field, ...] = (
     *COMMON_FIELDS,
-    Field("attempt_id", "str", "The ranked attempt.", **_ID),
+    Field("attempt_id", "str", "The ranked attempt.", max_len=ID_LEN),
     Field("submission_event_id", "str", "event_id of the submission ranked.", max_len=128),
     Field("submission_time", "float", "event_time of the submission.", exclusive_minimum=0),
     Field("model_version", "str", "Model that produced the predictions.", max_len=128),

@@ -111,8 +111,8 @@ class WorkerProcess:
 
 def wait_until_ranking(settings: Settings, proc: WorkerProcess, timeout: float = 90) -> None:
     """Block until the predictor answers a canary submission."""
-    from tests.factories import submission
     from streams.client import SchedulerClient
+    from tests.factories import submission
 
     deadline = time.monotonic() + timeout
     with SchedulerClient(settings) as client:
@@ -128,7 +128,9 @@ def wait_until_ranking(settings: Settings, proc: WorkerProcess, timeout: float =
 
 
 @pytest.fixture(scope="session")
-def worker(settings: Settings, topics: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def worker(
+    settings: Settings, topics: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     """One ``leap worker all`` for the session's end-to-end tests."""
     proc = WorkerProcess(settings, "all", tmp_path_factory.mktemp("worker") / "worker.log")
     try:

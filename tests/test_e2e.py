@@ -116,7 +116,9 @@ def _read_job(rds: redis.Redis, key: str) -> dict[str, Any]:
     return out
 
 
-def _dead_letters_since(settings: Settings, since_ms: int, keys: set[str], timeout: float = 60) -> dict[str, DeadLetter]:
+def _dead_letters_since(
+    settings: Settings, since_ms: int, keys: set[str], timeout: float = 60
+) -> dict[str, DeadLetter]:
     consumer = Consumer(settings.confluent_config(**{"group.id": "leap-test-unused", "enable.auto.commit": False}))
     parts = consumer.list_topics(DEAD_LETTER.name, timeout=10).topics[DEAD_LETTER.name].partitions
     offsets = consumer.offsets_for_times([TopicPartition(DEAD_LETTER.name, p, since_ms) for p in parts], timeout=10)

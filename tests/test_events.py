@@ -54,7 +54,7 @@ def test_submission_errors_say_what_is_wrong(change: dict[str, object], reason: 
 def test_missing_field() -> None:
     payload = submission_dict("j", 1)
     del payload["model_type"]
-    with pytest.raises(EventError, match="submission.model_type: required field is missing"):
+    with pytest.raises(EventError, match=r"submission\.model_type: required field is missing"):
         Submission.from_dict(payload)
 
 
