@@ -1,0 +1,5 @@
+"""Topic replay for on-call work: ``leap replay`` (mount :data:`app`)."""
+
+from streams.replay.cli import app
+
+__all__ = ["app"]
