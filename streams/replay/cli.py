@@ -39,7 +39,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # soft wrap: messages stay one line in logs and pipes
 TopicName = Enum("TopicName", {t.name: t.name for t in ALL_TOPICS}, type=str)  # type: ignore[misc]
 _PREFIX_OK = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 

@@ -157,7 +157,7 @@ def make_plan(consumer: Consumer, ranges: Sequence[TopicRange], partitions: set[
             start, end = starts[p], min(ends[p], high)
             if start < low:
                 tally.gaps.append({"topic": rng.topic, "partition": p, "from": start, "to": low,
-                                   "reason": "deleted before the log start (retention)"})
+                                   "reason": "deleted before the log start (retention or delete-records)"})
                 start = low
             elif rng.start.kind == "time" and start == low and low > 0:
                 tally.notes.append(f"{rng.topic}[{p}]: log starts at offset {low}; records before it were deleted, "

@@ -112,8 +112,9 @@ def replay_events(reader: Reader, store: FeatureStore | None, jobs: Sequence[str
             continue
         result.events += 1
         seen_jobs.add(ev.job_key)
-        models.add(ev.model_type)
-        families.add(ev.family)
+        if isinstance(ev, JobFinish) and ev.throughput is not None:  # only measured finishes feed lookups
+            models.add(ev.model_type)
+            families.add(ev.family)
         batcher.add(ev)
     batcher.flush()
     result.seconds["replay"] = time.perf_counter() - began
