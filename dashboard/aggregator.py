@@ -42,7 +42,8 @@ class AggregatorConfig:
     savings_window
         Rankings behind the rolling savings estimate.
     pending_limit
-        Rankings kept while they wait for their attempt's finish; the oldest are dropped beyond it.
+        Rankings kept while they wait for their attempt's finish, and finishes kept while they wait
+        for their ranking; the oldest are dropped beyond it.
     requested_limit
         Submissions kept (their requested hardware) while they wait for their ranking.
     history_seconds
@@ -51,6 +52,8 @@ class AggregatorConfig:
         Event ids remembered to drop re-delivered duplicates.
     max_labels
         Distinct hardware / reason / model labels counted before the rest go to ``(other)``.
+    candidate_lists
+        Distinct candidate lists kept as one shared copy each (the cache is emptied when full).
     """
 
     feed_size: int = 25
@@ -61,6 +64,7 @@ class AggregatorConfig:
     history_seconds: int = 120
     seen_limit: int = 65_536
     max_labels: int = 64
+    candidate_lists: int = 4096
 
 
 class Malformed(ValueError):
@@ -161,7 +165,6 @@ class Aggregator:
         self.accuracy = WindowSums(c.accuracy_window, 4)
         self.acc_series: deque[tuple[int, float, float]] = deque(maxlen=c.history_seconds)
         self.joined = 0
-        self.finish_unranked = 0  # finish of an attempt whose ranking the dashboard has not seen
         self.finish_unmeasured = 0  # failed/preempted without throughput: nothing to compare
         self.finish_not_candidate = 0  # ran on hardware the ranking did not list
         # savings: rows of (USD on requested, USD on rank 1 for the same samples, 1 if rank 1 != requested)
@@ -171,6 +174,8 @@ class Aggregator:
         self.pending: BoundedMap[str, _Ranked] = BoundedMap(c.pending_limit)
         self.requested: BoundedMap[str, str] = BoundedMap(c.requested_limit)
         self.awaiting_submission: BoundedMap[str, _Ranked] = BoundedMap(c.requested_limit)
+        # measured finishes whose ranking has not been read (yet): (hardware, throughput)
+        self.early_finishes: BoundedMap[str, tuple[str, float]] = BoundedMap(c.pending_limit)
         self._seen = {t: SeenSet(c.seen_limit) for t in ("ranking", "finish", "submission")}
         self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._last_second = 0
@@ -198,7 +203,7 @@ class Aggregator:
         # Most submissions share a handful of candidate lists: keep one copy of each.
         got = self._names.get(names)
         if got is None:
-            if len(self._names) >= 4096:
+            if len(self._names) >= self.config.candidate_lists:
                 self._names.clear()
             got = self._names[names] = tuple(sys.intern(n) for n in names)
         return got
@@ -244,7 +249,11 @@ class Aggregator:
             self.latency_ms.append(latency)
         self.feed.append((now, payload))
         entry = _Ranked(self._intern(tuple(names)), array("d", tput + per_dollar + cost), best)
-        self.pending.put(attempt, entry)
+        early = self.early_finishes.pop(attempt)
+        if early is not None:
+            self._score(entry, *early)
+        else:
+            self.pending.put(attempt, entry)
         requested = self.requested.pop(attempt)
         if requested is None:
             self.awaiting_submission.put(attempt, entry)
@@ -282,26 +291,32 @@ class Aggregator:
         self.per_second["finishes"].add(now)
         measured = _num(payload.get("throughput"))
         entry = self.pending.pop(attempt)
-        if entry is None:
-            self.finish_unranked += 1
-        elif not (math.isfinite(measured) and measured > 0):
+        if not (math.isfinite(measured) and measured > 0):
             self.finish_unmeasured += 1
-        elif hardware not in entry.names:
-            self.finish_not_candidate += 1
+        elif entry is None:
+            # Either never ranked (or ranked before the dashboard started), or the ranking is still
+            # on its way: two topics are not read in order, and on replay finishes can come first.
+            self.early_finishes.put(attempt, (sys.intern(hardware), measured))
         else:
-            pred = entry.throughput(entry.names.index(hardware))
-            # predictor.metrics conventions: a missing prediction is a miss and is left out of MAPE
-            err = abs(pred - measured) / measured
-            finite = math.isfinite(err)
-            self.accuracy.add((
-                float(finite and err <= 0.10 + TOL_EPS),
-                float(finite and err <= 0.20 + TOL_EPS),
-                err if finite else 0.0,
-                float(finite),
-            ))
-            self.joined += 1
+            self._score(entry, hardware, measured)
         self.tick(now)
         return True
+
+    def _score(self, entry: _Ranked, hardware: str, measured: float) -> None:
+        if hardware not in entry.names:
+            self.finish_not_candidate += 1
+            return
+        pred = entry.throughput(entry.names.index(hardware))
+        # predictor.metrics conventions: a missing prediction is a miss and is left out of MAPE
+        err = abs(pred - measured) / measured
+        finite = math.isfinite(err)
+        self.accuracy.add((
+            float(finite and err <= 0.10 + TOL_EPS),
+            float(finite and err <= 0.20 + TOL_EPS),
+            err if finite else 0.0,
+            float(finite),
+        ))
+        self.joined += 1
 
     def _add_savings(self, entry: _Ranked, requested: str) -> None:
         if entry.best < 0 or requested not in entry.names:

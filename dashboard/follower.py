@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -68,13 +69,21 @@ class Follower(threading.Thread):
         Receives every message value; its lock is held for each fetched batch.
     since
         Unix seconds to start from; ``None`` = the end of each partition now.
+    topics
+        Topic name -> ``ranking`` / ``finish`` / ``submission``; default LEAP's own topics
+        (another mapping follows, e.g., topics a replay wrote).
+    metadata_timeout
+        Seconds to wait for topic metadata and offsets before reporting an error and retrying.
     """
 
-    def __init__(self, settings: Settings, aggregator: Aggregator, since: float | None = None) -> None:
+    def __init__(self, settings: Settings, aggregator: Aggregator, since: float | None = None,
+                 topics: Mapping[str, str] | None = None, metadata_timeout: float = 10.0) -> None:
         super().__init__(name="leap-dashboard-follower", daemon=True)
         self.settings = settings
         self.aggregator = aggregator
         self.since = since
+        self.topics = dict(KINDS if topics is None else topics)
+        self.metadata_timeout = metadata_timeout
         self.ready = threading.Event()  # set once every partition is assigned
         self._stop_event = threading.Event()
         self.state = "connecting"
@@ -87,7 +96,7 @@ class Follower(threading.Thread):
             "error": self.error,
             "kafka_errors": self.kafka_errors,
             "bootstrap": self.settings.kafka_bootstrap,
-            "topics": list(KINDS),
+            "topics": list(self.topics),
             "since": self.since,
         }
 
@@ -100,7 +109,7 @@ class Follower(threading.Thread):
         while not self._stop_event.is_set():
             consumer = Consumer(self.settings.confluent_config(**_CONSUMER))
             try:
-                consumer.assign(start_positions(consumer, list(KINDS), self.since))
+                consumer.assign(start_positions(consumer, list(self.topics), self.since, self.metadata_timeout))
                 self.state, self.error = "following", None
                 self.ready.set()
                 self._loop(consumer)
@@ -114,7 +123,7 @@ class Follower(threading.Thread):
 
     def _loop(self, consumer: Consumer) -> None:
         agg = self.aggregator
-        add = agg.add
+        add, kinds = agg.add, self.topics
         while not self._stop_event.is_set():
             msgs = consumer.consume(num_messages=1000, timeout=0.2)
             now = time.time()
@@ -123,5 +132,5 @@ class Follower(threading.Thread):
                     if msg.error():
                         self.kafka_errors += 1
                         continue
-                    add(KINDS[msg.topic() or ""], msg.value(), now)
+                    add(kinds[msg.topic() or ""], msg.value(), now)
                 agg.tick(now)

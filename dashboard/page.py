@@ -260,7 +260,7 @@ function render(s) {
   const d = [
     ["finished attempts joined", num(a.joined_total)],
     ["MAPE (rolling)", pct(a.mape)],
-    ["finishes without ranking", num(a.finishes_unranked)],
+    ["finishes without ranking", num(a.finishes_without_ranking)],
     ["finishes without throughput", num(a.finishes_unmeasured)],
     ["rankings awaiting finish", num(a.pending)],
     ["savings since start", pct(sv.total.savings) + " (" + num(sv.total.n) + ")"],

@@ -111,7 +111,7 @@ def build_summary(agg: Aggregator, now: float) -> dict[str, Any]:
             "mape": acc.sums[2] / acc.sums[3] if acc.sums[3] else None,
             "n_missing": int(n_acc - acc.sums[3]),
             "joined_total": agg.joined,
-            "finishes_unranked": agg.finish_unranked,
+            "finishes_without_ranking": len(agg.early_finishes) + agg.early_finishes.evicted,
             "finishes_unmeasured": agg.finish_unmeasured,
             "finishes_not_candidate": agg.finish_not_candidate,
             "pending": len(agg.pending),
