@@ -8,6 +8,7 @@ so the Lua scripts and this class cannot silently diverge.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,18 +32,29 @@ class _Window:
     limit: int
     entries: list[Entry] = field(default_factory=list)
     n: int = 0
+    ids: set[str] = field(default_factory=set)
+    values: list[float] = field(default_factory=list)  # the window's values, sorted
+    _median: float = float("nan")  # cached: snapshots read far more often than events arrive
 
     def insert(self, entry: Entry) -> tuple[bool, bool]:
         """Insert; returns (inserted, kept) like ``window_insert`` in window.lua."""
-        if any(e[1] == entry[1] for e in self.entries):
+        if entry[1] in self.ids:
             return False, True
-        self.entries.append(entry)
-        self.entries.sort(key=lambda e: (e[0], e[1]))
-        del self.entries[: max(0, len(self.entries) - self.limit)]
-        return True, any(e[1] == entry[1] for e in self.entries)
+        bisect.insort(self.entries, entry)
+        bisect.insort(self.values, entry[2])
+        self.ids.add(entry[1])
+        while len(self.entries) > self.limit:
+            _, old_id, old_value = self.entries.pop(0)
+            self.ids.discard(old_id)
+            del self.values[bisect.bisect_left(self.values, old_value)]
+        kept = entry[1] in self.ids
+        if kept:
+            v, k = self.values, len(self.values)
+            self._median = v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2
+        return True, kept
 
     def median(self) -> float:
-        return _median([e[2] for e in self.entries])
+        return self._median
 
 
 @dataclass
@@ -61,6 +73,8 @@ class OfflineFeatureState:
         self.jobs: dict[str, _Job] = defaultdict(_Job)
         self.models: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.families: dict[str, dict[str, _Window]] = defaultdict(dict)
+        # Snapshots are immutable, so a model type's lookup dict is shared until it changes.
+        self._lookup_cache: dict[tuple[int, str], dict[str, LookupStat]] = {}
 
     def apply_finish(self, ev: JobFinish) -> bool:
         job = self.jobs[ev.job_key]
@@ -76,11 +90,12 @@ class OfflineFeatureState:
         win = job.windows.setdefault(hw, _Window(JOB_WINDOW))
         win.insert(entry)
         win.n += 1
-        for table, name in ((self.models, ev.model_type), (self.families, ev.family)):
+        for kind, table, name in ((0, self.models, ev.model_type), (1, self.families, ev.family)):
             agg = table[name].setdefault(hw, _Window(LOOKUP_WINDOW))
             inserted, kept = agg.insert(entry)
             if inserted and kept:
                 agg.n += 1
+                self._lookup_cache.pop((kind, name), None)
         return True
 
     def apply_start(self, ev: JobStart) -> bool:
@@ -95,6 +110,14 @@ class OfflineFeatureState:
             job.last_start = key
         return True
 
+    def _lookups(self, kind: int, table: dict[str, dict[str, _Window]], name: str) -> dict[str, LookupStat]:
+        cached = self._lookup_cache.get((kind, name))
+        if cached is None:
+            windows = table.get(name, {})
+            cached = {hw: LookupStat(w.n, w.median()) for hw, w in windows.items() if w.entries}
+            self._lookup_cache[(kind, name)] = cached
+        return cached
+
     def snapshot(self, sub: Submission) -> FeatureSnapshot:
         job = self.jobs.get(sub.job_key)
         prior: dict[str, PriorStat] = {}
@@ -106,8 +129,8 @@ class OfflineFeatureState:
                 prior[hw] = PriorStat(win.n, newest[0], newest[2], win.median())
         return FeatureSnapshot(
             prior=prior,
-            lookup_model=_lookups(self.models.get(sub.model_type)),
-            lookup_family=_lookups(self.families.get(sub.family)),
+            lookup_model=self._lookups(0, self.models, sub.model_type),
+            lookup_family=self._lookups(1, self.families, sub.family),
             starts=counters.get("starts", 0),
             completed=counters.get("completed", 0),
             failed=counters.get("failed", 0),
@@ -115,7 +138,3 @@ class OfflineFeatureState:
         )
 
 
-def _lookups(windows: dict[str, _Window] | None) -> dict[str, LookupStat]:
-    if not windows:
-        return {}
-    return {hw: LookupStat(w.n, w.median()) for hw, w in windows.items() if w.entries}

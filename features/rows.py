@@ -92,6 +92,24 @@ def build_rows(
     catalogue: Catalogue,
     now: float | None = None,
 ) -> Rows:
+    """Model rows for one submission, one per candidate, as columns (see :func:`row_dicts`)."""
+    return to_columns(row_dicts(sub, snap, candidates, catalogue, now))
+
+
+def to_columns(rows: Sequence[dict[str, Any]]) -> Rows:
+    """Row dicts to columns: object arrays for :data:`CATEGORICAL`, float64 otherwise."""
+    return {
+        c: np.array([r[c] for r in rows], dtype=object if c in CATEGORICAL else np.float64) for c in COLUMNS
+    }
+
+
+def row_dicts(
+    sub: Submission,
+    snap: FeatureSnapshot,
+    candidates: Sequence[str],
+    catalogue: Catalogue,
+    now: float | None = None,
+) -> list[dict[str, Any]]:
     """Model rows for one submission, one per candidate (hardware names as canonical or alias).
 
     Parameters
@@ -107,7 +125,7 @@ def build_rows(
 
     Returns
     -------
-    dict of column name -> array (object arrays for :data:`CATEGORICAL`, float64 otherwise).
+    One dict per candidate with every column of :data:`COLUMNS`.
     """
     now = sub.event_time if now is None else now
     base: dict[str, Any] = {
@@ -128,7 +146,7 @@ def build_rows(
         "failed": float(snap.failed),
         "preempted": float(snap.preempted),
     }
-    cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+    out: list[dict[str, Any]] = []
     for name in candidates:
         hw_type = catalogue.resolve(name)
         hw = hw_type.name if hw_type is not None else name
@@ -181,9 +199,8 @@ def build_rows(
         row["lookup_family_log"] = lookup_family_log
         row["lookup_family_n"] = float(snap.lookup_family[hw].n) if hw in snap.lookup_family else 0.0
         row["anchor_log"] = anchor_log(row)
-        for c in COLUMNS:
-            cols[c].append(row[c])
-    return {c: np.array(v, dtype=object if c in CATEGORICAL else np.float64) for c, v in cols.items()}
+        out.append(row)
+    return out
 
 
 def anchor_log(row: dict[str, Any]) -> float:
