@@ -177,7 +177,9 @@ def _rebuild_table(out: dict[str, Any]) -> None:
     for name in ("events", "applied", "duplicates", "jobs", "model_types", "families", "keys", "mismatches",
                  "order_dependent", "events_per_s", "prefix", "live_prefix", "kept"):
         value = out[name]
-        table.add_row(name, "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value))
+        text = "-" if value is None else str(value).lower() if isinstance(value, bool) else (
+            f"{value:,}" if isinstance(value, int) else str(value))
+        table.add_row(name, text)
     bad = out["read"]["bad_events"]
     table.add_row("bad events", f"{bad:,}")
     Console().print(table)
