@@ -60,6 +60,8 @@ def try_decode(msg: Message, expect: type[Event] | None = None) -> Event | Event
         except EventError as exc:
             first = first or exc
     assert first is not None
+    if first.reason in ("bad_json", "oversize"):  # not about any one contract: drop the class name
+        return EventError(first.reason, first.message.split(": ", 1)[-1])
     return EventError(first.reason, "not any LEAP event; " + first.message)
 
 
