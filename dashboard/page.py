@@ -34,9 +34,10 @@ main { padding:16px 22px 28px; display:grid; gap:14px; }
 .charts { display:grid; grid-template-columns:1.2fr 1fr 1.2fr; gap:12px; }
 @media (max-width:1100px) { .charts { grid-template-columns:1fr; } }
 .panel { padding:12px 14px; min-width:0; }
-.panel h2 { margin:0 0 8px; font-size:13px; font-weight:600; color:var(--muted);
+.panel h2 { margin:0 0 8px; font-size:13px; font-weight:600; color:var(--muted); white-space:nowrap;
             text-transform:uppercase; letter-spacing:.6px; display:flex; gap:10px; align-items:center; }
-.legend { margin-left:auto; display:flex; gap:10px; text-transform:none; letter-spacing:0; font-weight:400; }
+.legend { margin-left:auto; display:flex; gap:10px; text-transform:none; letter-spacing:0; font-weight:400;
+          font-size:12px; }
 .legend i { display:inline-block; width:10px; height:3px; margin-right:4px; vertical-align:middle; }
 canvas { width:100%; height:220px; display:block; }
 table { width:100%; border-collapse:collapse; font-variant-numeric:tabular-nums; }
@@ -74,16 +75,16 @@ td.top { white-space:normal; }
       <div class="note" id="k-fb-n"></div></div>
     <div class="kpi"><div class="label">acc@10 / acc@20</div><div class="value" id="k-acc">—</div>
       <div class="note" id="k-acc-n"></div></div>
-    <div class="kpi"><div class="label">Est. savings</div><div class="value" id="k-sav">—</div>
+    <div class="kpi"><div class="label">Predicted savings</div><div class="value" id="k-sav">—</div>
       <div class="note" id="k-sav-n"></div></div>
-    <div class="kpi"><div class="label">Latency p50 / p99</div><div class="value" id="k-lat">—</div>
+    <div class="kpi"><div class="label">Latency p50 / p99 ms</div><div class="value" id="k-lat">—</div>
       <div class="note">submission in → ranking out</div></div>
   </section>
   <section class="charts">
-    <div class="panel"><h2>Throughput of the stream
-      <span class="legend"><span><i style="background:var(--blue)"></i>rankings/s</span>
-      <span><i style="background:var(--violet)"></i>submissions/s</span>
-      <span><i style="background:var(--green)"></i>finishes/s</span></span></h2>
+    <div class="panel"><h2>Events / s
+      <span class="legend"><span><i style="background:var(--blue)"></i>rankings</span>
+      <span><i style="background:var(--violet)"></i>submissions</span>
+      <span><i style="background:var(--green)"></i>finishes</span></span></h2>
       <canvas id="c-rate"></canvas></div>
     <div class="panel"><h2>Rank-1 hardware share</h2><canvas id="c-hw"></canvas></div>
     <div class="panel"><h2>Rolling accuracy
@@ -113,7 +114,7 @@ const short = (x) => {
   if (a >= 1e9) return (x / 1e9).toFixed(1) + "G";
   if (a >= 1e6) return (x / 1e6).toFixed(1) + "M";
   if (a >= 1e3) return (x / 1e3).toFixed(1) + "k";
-  return a >= 10 ? x.toFixed(0) : x.toFixed(1);
+  return a >= 10 || Number.isInteger(x) ? x.toFixed(0) : x.toFixed(1);
 };
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (ch) =>
   ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[ch]));
@@ -219,9 +220,9 @@ function render(s) {
   $("k-acc-n").textContent = a.n ? "last " + num(a.n) + " finished attempts" : "no finished ranked attempts yet";
   const rec = sv.recent;
   $("k-sav").textContent = rec.n ? pct(rec.savings) : "—";
-  $("k-sav-n").textContent = rec.n ? "vs requested · last " + num(rec.n) + " rankings" : "needs requested hardware";
+  $("k-sav-n").textContent = rec.n ? "rank 1 vs requested hardware · last " + num(rec.n) : "needs requested hardware";
   const lat = s.latency_ms;
-  $("k-lat").textContent = lat.n ? short(lat.p50) + " / " + short(lat.p99) + " ms" : "—";
+  $("k-lat").textContent = lat.n ? short(lat.p50) + " / " + short(lat.p99) : "—";
   const versions = Object.keys(s.models);
   $("models").textContent = "model: " + (versions.length ? versions.slice(0, 3).join(", ") : "—");
 
