@@ -32,6 +32,7 @@ from predictor.metrics import summary as metric_summary
 from streams.client import SchedulerClient
 from streams.events import SCHEMA_VERSION, JobFinish, Ranking
 from streams.topics import JOB_FINISHES, RANKINGS, Topic, create_topics
+from tests.conftest import ROOT
 from tests.factories import T0, finish_dict, submission
 
 NOW = T0 + 10_000
@@ -253,6 +254,21 @@ def test_ingest_rate_far_above_1000_per_second() -> None:
     result = measure(3000)
     assert result["joined"] == 3000
     assert result["mixed_rankings_per_s"] > 2000, result
+
+
+def test_grafana_dashboard_uses_only_defined_metrics() -> None:
+    import re
+
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from streams import metrics
+
+    defined = {m._name for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)}
+    board = orjson.loads((ROOT / "grafana" / "leap.json").read_bytes())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    used = {re.sub(r"_(bucket|sum|count|total|info)$", "", name) for e in exprs for name in re.findall(r"leap_\w+", e)}
+    assert used == defined, (used ^ defined)
+    assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
 
 
 # ---------------------------------------------------------------- CLI arguments
