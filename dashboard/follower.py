@@ -29,6 +29,9 @@ _CONSUMER: dict[str, str | int | float | bool] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "fetch.wait.max.ms": 100,
+    # while the broker is down, try (and log the failure) every few seconds, not every 100 ms
+    "reconnect.backoff.ms": 1000,
+    "reconnect.backoff.max.ms": 10000,
 }
 RETRY_S = 5.0
 

@@ -65,9 +65,9 @@ class Traffic(threading.Thread):
                         waiting[a.submission.attempt_id] = a
                     self.published += due
                 for ranking, _ in client.rankings(timeout=0.05):
-                    a = waiting.pop(ranking.attempt_id, None)
-                    if a is None:
+                    if ranking.attempt_id not in waiting:  # not ours (other traffic on the topic)
                         continue
+                    a = waiting.pop(ranking.attempt_id)
                     self.ranked += 1
                     hw = ranking.best_hardware or a.submission.requested_hardware or a.candidates[0]
                     client.publish_finish(self.fleet.run(a, hw, self.rng).finish)
