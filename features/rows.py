@@ -48,7 +48,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lookup_model_prior_hw_log",
     ),
 }
-COLUMNS: tuple[str, ...] = (*(c for cols in GROUPS.values() for c in cols), "anchor_log")
+COLUMNS: tuple[str, ...] = tuple(c for cols in GROUPS.values() for c in cols)
 
 _PRECISION_BITS = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
 assert set(_PRECISION_BITS) == set(PRECISIONS)
@@ -78,6 +78,12 @@ def _most_informative(prior: dict[str, PriorStat], exclude: str) -> tuple[str, P
 def _lookup_log(table: dict[str, LookupStat], hw: str) -> float:
     stat = table.get(hw)
     return _log(stat.median) if stat is not None else NAN
+
+
+def roofline_log(peak_tflops: np.ndarray | np.float64, log_flops_per_sample: np.ndarray | np.float64) -> np.ndarray:
+    """Log samples/s per accelerator at :data:`ROOFLINE_MFU` of peak: the cold-start estimate."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.log(peak_tflops * 1e12 * ROOFLINE_MFU) - log_flops_per_sample)
 
 
 def flops_per_sample(sub: Submission) -> float:
@@ -156,7 +162,7 @@ def row_dicts(
         for spec in SPEC_FEATURES:
             row[spec] = _spec(hw_type, spec)
         peak = _spec(hw_type, "peak_tflops")
-        row["log_roofline"] = _log(peak * 1e12 * ROOFLINE_MFU / flops_per_sample(sub))
+        row["log_roofline"] = float(roofline_log(np.float64(peak), np.float64(base["log_flops_per_sample"])))
 
         same = snap.prior.get(hw)
         row["prior_same_log"] = _log(same.robust) if same else NAN
@@ -198,18 +204,8 @@ def row_dicts(
         row["lookup_model_n"] = float(snap.lookup_model[hw].n) if hw in snap.lookup_model else 0.0
         row["lookup_family_log"] = lookup_family_log
         row["lookup_family_n"] = float(snap.lookup_family[hw].n) if hw in snap.lookup_family else 0.0
-        row["anchor_log"] = anchor_log(row)
         out.append(row)
     return out
-
-
-def anchor_log(row: dict[str, Any]) -> float:
-    """Best single estimate available: own history, then transfer, lookup, family, roofline."""
-    for c in ("transfer_log", "lookup_model_log", "lookup_family_log", "log_roofline"):
-        value = row[c]
-        if not math.isnan(value):
-            return float(value)
-    return NAN
 
 
 def concat_rows(parts: Sequence[Rows]) -> Rows:

@@ -14,9 +14,11 @@ import orjson
 import typer
 from rich.console import Console
 
+from dashboard.cli import dashboard_cmd
 from fleet import cli as fleet_cli
 from leap import services
 from predictor.measurements import evaluate_measurements_cmd
+from streams.replay import app as replay_app
 from leap.settings import Settings
 from streams.events import EventError, Submission
 
@@ -30,6 +32,8 @@ app = typer.Typer(
 app.add_typer(services.app, name="services", help="Local Kafka (KRaft) and Redis: up, down, status.")
 app.add_typer(fleet_cli.app, name="fleet", help="The simulated fleet: describe, calibrate, history.")
 app.command("evaluate-measurements")(evaluate_measurements_cmd)
+app.add_typer(replay_app, name="replay", help="Replay topics: rebuild features, re-rank, copy, inspect.")
+app.command("dashboard")(dashboard_cmd)
 topics_app = typer.Typer(help="Kafka topics owned by LEAP.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 

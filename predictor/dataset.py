@@ -86,6 +86,7 @@ class Examples:
     submit_time: np.ndarray
     finish_time: np.ndarray
     attempt_id: np.ndarray
+    job_key: np.ndarray
     hardware: np.ndarray
     num_accelerators: np.ndarray
     full: dict[int, tuple[Submission, Rows]] = field(default_factory=dict)
@@ -99,7 +100,7 @@ class Examples:
         return Examples(
             rows={c: v[idx] for c, v in self.rows.items()},
             y=self.y[idx], submit_time=self.submit_time[idx], finish_time=self.finish_time[idx],
-            attempt_id=self.attempt_id[idx], hardware=self.hardware[idx],
+            attempt_id=self.attempt_id[idx], job_key=self.job_key[idx], hardware=self.hardware[idx],
             num_accelerators=self.num_accelerators[idx],
             full={remap[i]: v for i, v in self.full.items() if i in remap},
         )
@@ -153,6 +154,7 @@ def build_examples(
     t_sub: list[float] = []
     t_fin: list[float] = []
     aid: list[str] = []
+    jobs: list[str] = []
     hw: list[str] = []
     nacc: list[int] = []
     full: dict[int, tuple[Submission, Rows]] = {}
@@ -187,6 +189,7 @@ def build_examples(
             t_sub.append(sub.event_time)
             t_fin.append(done.event_time)
             aid.append(sub.attempt_id)
+            jobs.append(sub.job_key)
             hw.append(done.hardware)
             nacc.append(sub.num_accelerators)
             if wants_full(sub):
@@ -198,6 +201,6 @@ def build_examples(
                 seen[d] = seen.get(d, 0) + 1
     return Examples(
         rows=to_columns(row_list), y=np.array(y), submit_time=np.array(t_sub), finish_time=np.array(t_fin),
-        attempt_id=np.array(aid, dtype=object), hardware=np.array(hw, dtype=object),
+        attempt_id=np.array(aid, dtype=object), job_key=np.array(jobs, dtype=object), hardware=np.array(hw, dtype=object),
         num_accelerators=np.array(nacc, dtype=np.float64), full=full,
     )

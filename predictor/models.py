@@ -50,8 +50,9 @@ class ThroughputModel(ABC):
         """Per-accelerator throughput (samples/s); NaN where the model cannot tell."""
         return np.exp(self._predict_log(rows))
 
-    def predict_band(self, pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Lower and upper ends of the band around predictions from :meth:`predict`."""
+    def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper ends of the band around predictions from :meth:`predict` (``rows``
+        lets a model widen the band where it has less evidence)."""
         lo, hi = self.band_ if self.band_ is not None else (0.0, 0.0)
         return pred * np.exp(lo), pred * np.exp(hi)
 
@@ -68,7 +69,7 @@ class ThroughputModel(ABC):
         return self
 
 
-def _first_finite(*columns: np.ndarray) -> np.ndarray:
+def first_finite(*columns: np.ndarray) -> np.ndarray:
     out = np.array(columns[0], dtype=np.float64, copy=True)
     for col in columns[1:]:
         missing = np.isnan(out)
@@ -86,7 +87,7 @@ class LookupTable(ThroughputModel):
     kind = "lookup"
 
     def _predict_log(self, rows: Rows) -> np.ndarray:
-        return _first_finite(rows["lookup_model_log"], rows["lookup_family_log"])
+        return first_finite(rows["lookup_model_log"], rows["lookup_family_log"])
 
 
 class PriorTransfer(ThroughputModel):
@@ -95,7 +96,7 @@ class PriorTransfer(ThroughputModel):
     kind = "transfer"
 
     def _predict_log(self, rows: Rows) -> np.ndarray:
-        return _first_finite(rows["transfer_log"], rows["lookup_model_log"], rows["lookup_family_log"])
+        return first_finite(rows["transfer_log"], rows["lookup_model_log"], rows["lookup_family_log"])
 
 
 BASELINES: dict[str, type[ThroughputModel]] = {m.kind: m for m in (LookupTable, PriorTransfer)}

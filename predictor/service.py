@@ -82,7 +82,7 @@ class RankingService:
         parts = [build_rows(sub, snap, sub.candidates, self.catalogue) for sub, snap in zip(subs, snaps, strict=True)]
         rows = concat_rows(parts)
         pred = active.model.predict(rows)
-        lower, upper = active.model.predict_band(pred)
+        lower, upper = active.model.predict_band(pred, rows)
         cold = np.isnan(pred) & np.isfinite(rows["log_roofline"])
         if cold.any():
             estimate = np.exp(rows["log_roofline"][cold])

@@ -32,7 +32,7 @@ def _assert_rows_equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> No
 def test_groups_cover_every_column_once() -> None:
     grouped = [c for cols in GROUPS.values() for c in cols]
     assert len(grouped) == len(set(grouped))
-    assert set(COLUMNS) == set(grouped) | {"anchor_log"}
+    assert set(COLUMNS) == set(grouped)
 
 
 @pytest.mark.integration
@@ -73,7 +73,7 @@ def test_prior_on_other_hardware_is_transferred_by_the_lookup_ratio() -> None:
 def test_unknown_hardware_has_no_specs_but_keeps_its_name() -> None:
     rows = build_rows(submission("j", 1), FeatureSnapshot(), ["Quantum-9000"], CAT)
     assert rows["hardware"][0] == "Quantum-9000" and rows["vendor"][0] == "unknown"
-    assert math.isnan(rows["peak_tflops"][0]) and math.isnan(rows["anchor_log"][0])
+    assert math.isnan(rows["peak_tflops"][0]) and math.isnan(rows["log_roofline"][0])
 
 
 def test_aliases_resolve_to_canonical_rows() -> None:

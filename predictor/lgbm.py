@@ -1,0 +1,308 @@
+"""The LightGBM throughput model.
+
+Two stages.
+
+1. A **base model** learns how fast a configuration runs on a hardware type, ignoring the job's
+   own history: log per-accelerator throughput from the ``config`` and ``hardware`` groups. Its
+   ratio between two hardware types is what moves a job's prior throughput across hardware:
+   ``base_transfer_log = prior_other_log + base(h) - base(prior_hw)``.
+2. The **main model** predicts the residual ``log(y) - anchor``, where the anchor is the best
+   simple estimate the row has (own throughput on this hardware, else the transferred prior,
+   else the base model, else lookup medians, else roofline). Trees learn corrections to an
+   already good guess, which the drivers report compares with learning ``log(y)`` directly.
+
+Uncertainty band: split-conformal. A random tenth of the training rows is held out, and the
+residual quantiles there, per evidence level (own history on this hardware / elsewhere only /
+none), become the band. The model itself is trained on the other nine tenths.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import lightgbm as lgb
+import numpy as np
+
+from features.rows import CATEGORICAL, GROUPS, Rows, roofline_log
+from predictor.models import BAND_QUANTILES, ThroughputModel, first_finite
+
+#: Anchor candidates in order of preference, each with the feature group it needs.
+ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
+    ("prior_same_log", "prior"),
+    ("base_transfer_log", "prior"),
+    ("base_log", "hardware"),
+    ("transfer_log", "prior"),
+    ("lookup_model_log", "lookup"),
+    ("lookup_family_log", "lookup"),
+    ("log_roofline", "hardware"),
+)
+#: Columns the base model reads: the configuration and the candidate's own hardware.
+BASE_GROUPS = ("config", "hardware")
+_PAIR_COLUMNS = ("spec_ratio_peak", "spec_ratio_bw")  # involve the prior's hardware: not for the base
+#: Columns that describe the hardware alone (``log_roofline`` mixes in the configuration).
+HARDWARE_COLUMNS = tuple(c for c in GROUPS["hardware"] if c not in (*_PAIR_COLUMNS, "log_roofline"))
+DERIVED = ("base_log", "base_transfer_log", "base_ratio")
+TARGETS = ("residual", "log", "raw")
+EVIDENCE = ("same", "other", "none")
+
+
+def evidence_level(rows: Rows) -> np.ndarray:
+    """0: the job ran on this hardware before; 1: only elsewhere; 2: never."""
+    return np.where(rows["prior_same_n"] > 0, 0, np.where(rows["prior_other_n"] > 0, 1, 2))
+
+
+def job_effects(residual: np.ndarray, groups: np.ndarray, shrink: float = 1.0) -> np.ndarray:
+    """Each row's job effect: the mean residual of its job, shrunk towards 0 for jobs seen once."""
+    keys, inverse = np.unique(groups, return_inverse=True)
+    sums = np.bincount(inverse, weights=residual, minlength=len(keys))
+    counts = np.bincount(inverse, minlength=len(keys))
+    return np.asarray((sums / (counts + shrink))[inverse])
+
+
+class LightGBMThroughput(ThroughputModel):
+    """Gradient-boosted trees on model rows.
+
+    Parameters
+    ----------
+    num_leaves, n_estimators, learning_rate, min_child_samples
+        LightGBM's own.
+    target
+        ``residual`` (default), ``log`` or ``raw`` (per-accelerator samples/s).
+    feature_groups
+        Which groups of :data:`features.rows.GROUPS` the model may use (ablations).
+    num_threads
+        Set once here: passing it on every predict call costs ~100 µs per call.
+    seed
+        Makes training deterministic.
+    """
+
+    kind: ClassVar[str] = "lightgbm"
+
+    def __init__(
+        self,
+        num_leaves: int = 63,
+        n_estimators: int = 300,
+        learning_rate: float = 0.08,
+        min_child_samples: int = 30,
+        target: str = "residual",
+        feature_groups: tuple[str, ...] = ("config", "hardware", "prior", "lookup"),
+        num_threads: int = 2,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.num_leaves = num_leaves
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.min_child_samples = min_child_samples
+        self.target = target
+        self.feature_groups = tuple(feature_groups)
+        self.num_threads = num_threads
+        self.seed = seed
+        self.booster_: lgb.Booster | None = None
+        self.base_: lgb.Booster | None = None
+        self.base_features_: list[str] = []
+        self.hardware_specs_: dict[str, dict[str, Any]] = {}
+        self.features_: list[str] = []
+        self.vocab_: dict[str, dict[str, int]] = {}
+        self.band_by_evidence_: dict[str, tuple[float, float]] = {}
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "num_leaves": self.num_leaves, "n_estimators": self.n_estimators,
+            "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
+            "target": self.target, "feature_groups": list(self.feature_groups),
+            "num_threads": self.num_threads, "seed": self.seed,
+        }
+
+    # ------------------------------------------------------------------ data
+
+    def _anchor(self, rows: Rows) -> np.ndarray:
+        cols = [rows[c] for c, group in ANCHOR_CHAIN if group in self.feature_groups and c in rows]
+        if self.target != "residual" or not cols:
+            return np.zeros(len(rows["hardware"]))
+        return first_finite(*cols)
+
+    def _matrix(self, rows: Rows, features: list[str] | None = None) -> np.ndarray:
+        features = self.features_ if features is None else features
+        out = np.empty((len(rows["hardware"]), len(features)), dtype=np.float64)
+        for j, col in enumerate(features):
+            if col in CATEGORICAL:
+                codes = self.vocab_[col]
+                out[:, j] = [codes.get(v, np.nan) for v in rows[col]]
+            else:
+                out[:, j] = rows[col]
+        return out
+
+    def _params(self, min_child_samples: int, leaves: int | None = None) -> dict[str, Any]:
+        return {
+            "objective": "regression", "num_leaves": leaves or self.num_leaves, "learning_rate": self.learning_rate,
+            "min_child_samples": min_child_samples, "num_threads": self.num_threads,
+            "seed": self.seed, "deterministic": True, "force_col_wise": True, "verbose": -1,
+            "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1, "lambda_l2": 1.0,
+            "max_cat_to_onehot": 8, "cat_smooth": 10.0,
+        }
+
+    def _uses_base(self) -> bool:
+        return "hardware" in self.feature_groups
+
+    def _with_base(self, rows: Rows) -> Rows:
+        """Rows plus the base model's columns (:data:`DERIVED`)."""
+        n = len(rows["hardware"])
+        if self.base_ is None:
+            nan = np.full(n, np.nan)
+            return {**rows, "base_log": nan, "base_transfer_log": nan, "base_ratio": nan}
+        base = self.base_.predict(self._matrix(rows, self.base_features_))
+        # The same configuration on the job's prior hardware: swap in that hardware's columns.
+        prior_hw = rows["prior_hw"]
+        has_prior = np.array([h in self.hardware_specs_ for h in prior_hw])
+        base_prior = np.full(n, np.nan)
+        if has_prior.any():
+            swapped = {c: v[has_prior] for c, v in rows.items()}
+            for col in ("hardware", *HARDWARE_COLUMNS):
+                if col in self.base_features_ or col == "hardware":
+                    swapped[col] = np.array([self.hardware_specs_[h][col] for h in prior_hw[has_prior]],
+                                            dtype=object if col in CATEGORICAL else np.float64)
+            swapped["log_roofline"] = roofline_log(swapped["peak_tflops"], swapped["log_flops_per_sample"])
+            base_prior[has_prior] = self.base_.predict(self._matrix(swapped, self.base_features_))
+        ratio = base - base_prior
+        return {**rows, "base_log": base, "base_transfer_log": rows["prior_other_log"] + ratio, "base_ratio": ratio}
+
+    def _to_target(self, y: np.ndarray, anchor: np.ndarray) -> np.ndarray:
+        if self.target == "raw":
+            return y
+        return np.log(y) - anchor
+
+    def _from_target(self, pred: np.ndarray, anchor: np.ndarray) -> np.ndarray:
+        if self.target == "raw":
+            return np.log(np.maximum(pred, 1e-9))
+        return pred + anchor
+
+    # ------------------------------------------------------------------ estimator
+
+    def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None = None) -> LightGBMThroughput:
+        """Fit both stages.
+
+        Parameters
+        ----------
+        rows, y
+            Model rows and measured per-accelerator throughput.
+        groups
+            Job key of each row. When given, the base model is refitted once on targets with
+            each job's own speed factor removed, so that it learns the hardware, not the jobs.
+        """
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
+        unknown = set(self.feature_groups) - set(GROUPS)
+        if unknown:
+            raise ValueError(f"unknown feature groups {sorted(unknown)}; known: {sorted(GROUPS)}")
+        y = np.asarray(y, dtype=np.float64)
+        rng = np.random.default_rng(self.seed)
+        calibrate = rng.random(len(y)) < 0.1
+        self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(rows[c].tolist())))} for c in CATEGORICAL}
+        fit_rows = {c: v[~calibrate] for c, v in rows.items()}
+        fit_y = y[~calibrate]
+
+        self.base_ = None
+        if self._uses_base():
+            self.base_features_ = [c for g in BASE_GROUPS if g in self.feature_groups for c in GROUPS[g]
+                                   if c not in _PAIR_COLUMNS]
+            self.hardware_specs_ = {}
+            for i, hw in enumerate(fit_rows["hardware"]):
+                if hw not in self.hardware_specs_:
+                    self.hardware_specs_[hw] = {c: fit_rows[c][i] for c in ("hardware", *HARDWARE_COLUMNS)}
+            base_data = lgb.Dataset(
+                self._matrix(fit_rows, self.base_features_), label=np.log(fit_y), feature_name=self.base_features_,
+                categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
+            )
+            base_params = self._params(max(50, self.min_child_samples), leaves=4 * self.num_leaves)
+            self.base_ = lgb.train(base_params, base_data, num_boost_round=2 * self.n_estimators)
+            if groups is not None:
+                target = np.log(fit_y) - job_effects(
+                    np.log(fit_y) - self.base_.predict(self._matrix(fit_rows, self.base_features_)),
+                    np.asarray(groups)[~calibrate],
+                )
+                base_data = lgb.Dataset(
+                    self._matrix(fit_rows, self.base_features_), label=target, feature_name=self.base_features_,
+                    categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
+                )
+                self.base_ = lgb.train(base_params, base_data, num_boost_round=2 * self.n_estimators)
+
+        self.features_ = [c for g in self.feature_groups for c in GROUPS[g]]
+        if self._uses_base():
+            self.features_ += [c for c in DERIVED if "prior" in self.feature_groups or c == "base_log"]
+        fit_rows = self._with_base(fit_rows)
+        anchor = self._anchor(fit_rows)
+        usable = np.isfinite(anchor) & (fit_y > 0)
+        data = lgb.Dataset(
+            self._matrix(fit_rows)[usable], label=self._to_target(fit_y[usable], anchor[usable]),
+            feature_name=self.features_, categorical_feature=[c for c in self.features_ if c in CATEGORICAL],
+        )
+        self.booster_ = lgb.train(self._params(self.min_child_samples), data, num_boost_round=self.n_estimators)
+        self._calibrate_band({c: v[calibrate] for c, v in rows.items()}, y[calibrate])
+        return self
+
+    def _calibrate_band(self, rows: Rows, y: np.ndarray) -> None:
+        residual = np.log(y) - self._predict_log(rows)
+        level = evidence_level(rows)
+        ok = np.isfinite(residual)
+        q = BAND_QUANTILES
+        overall = (float(np.quantile(residual[ok], q[0])), float(np.quantile(residual[ok], q[1]))) if ok.any() \
+            else (0.0, 0.0)
+        self.band_ = overall
+        self.band_by_evidence_ = {}
+        for k, name in enumerate(EVIDENCE):
+            sel = ok & (level == k)
+            self.band_by_evidence_[name] = (
+                (float(np.quantile(residual[sel], q[0])), float(np.quantile(residual[sel], q[1])))
+                if sel.sum() >= 30 else overall
+            )
+
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        if self.booster_ is None:
+            raise RuntimeError("model is not fitted")
+        rows = self._with_base(rows)
+        anchor = self._anchor(rows)
+        out = self._from_target(self.booster_.predict(self._matrix(rows)), anchor)
+        return np.where(np.isfinite(anchor), out, np.nan)
+
+    def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if rows is None or not self.band_by_evidence_:
+            return super().predict_band(pred)
+        level = evidence_level(rows)
+        lo = np.array([self.band_by_evidence_[EVIDENCE[k]][0] for k in level])
+        hi = np.array([self.band_by_evidence_[EVIDENCE[k]][1] for k in level])
+        return pred * np.exp(lo), pred * np.exp(hi)
+
+    # ------------------------------------------------------------------ persistence (no pickle)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            **super().state(), "params": self.get_params(), "features": self.features_, "vocab": self.vocab_,
+            "band_by_evidence": {k: list(v) for k, v in self.band_by_evidence_.items()},
+            "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
+        }
+
+    def model_texts(self) -> dict[str, str]:
+        """LightGBM text models by name (``main``, and ``base`` when there is one)."""
+        if self.booster_ is None:
+            raise RuntimeError("model is not fitted")
+        texts = {"main": str(self.booster_.model_to_string())}
+        if self.base_ is not None:
+            texts["base"] = str(self.base_.model_to_string())
+        return texts
+
+    @classmethod
+    def from_artifact(cls, state: dict[str, Any], texts: dict[str, str]) -> LightGBMThroughput:
+        params = dict(state["params"])
+        params["feature_groups"] = tuple(params["feature_groups"])
+        model = cls(**params)
+        model.load_state(state)
+        model.features_ = list(state["features"])
+        model.vocab_ = {c: dict(v) for c, v in state["vocab"].items()}
+        model.band_by_evidence_ = {k: (float(v[0]), float(v[1])) for k, v in state["band_by_evidence"].items()}
+        model.base_features_ = list(state.get("base_features", []))
+        model.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}
+        threads = {"num_threads": model.num_threads}
+        model.booster_ = lgb.Booster(model_str=texts["main"], params=threads)
+        model.base_ = lgb.Booster(model_str=texts["base"], params=threads) if "base" in texts else None
+        return model
