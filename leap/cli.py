@@ -17,6 +17,7 @@ from rich.console import Console
 from dashboard.cli import dashboard_cmd
 from fleet import cli as fleet_cli
 from leap import services
+from predictor import cli as predictor_cli
 from predictor.measurements import evaluate_measurements_cmd
 from streams.replay import app as replay_app
 from leap.settings import Settings
@@ -34,6 +35,10 @@ app.add_typer(fleet_cli.app, name="fleet", help="The simulated fleet: describe, 
 app.command("evaluate-measurements")(evaluate_measurements_cmd)
 app.add_typer(replay_app, name="replay", help="Replay topics: rebuild features, re-rank, copy, inspect.")
 app.command("dashboard")(dashboard_cmd)
+app.command("train")(predictor_cli.train_cmd)
+app.add_typer(predictor_cli.models_app, name="models")
+app.command("backtest")(predictor_cli.backtest_cmd)
+app.command("drivers")(predictor_cli.drivers_cmd)
 topics_app = typer.Typer(help="Kafka topics owned by LEAP.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 

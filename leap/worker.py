@@ -11,6 +11,8 @@ from leap.hardware import load_catalogue
 from leap.runtime import feature_store
 from leap.settings import Settings
 from predictor.agent import attach_predictor_agent
+from predictor.registry import Registry
+from predictor.reload import ModelFollower
 from predictor.service import ModelHolder, RankingService, lookup_fallback
 from streams import metrics
 from streams.app import attach_feature_agents, build_app
@@ -33,8 +35,20 @@ def build(settings: Settings, role: str) -> faust.App:
         attach_feature_agents(app, topics, store)
     if role in ("predictor", "all"):
         holder = ModelHolder(lookup_fallback())
+        follower = ModelFollower(settings, Registry(settings.registry_dir), holder)
+        follower.catch_up()  # start with the announced model, not the fallback
         metrics.MODEL.info({"version": holder.active.version})
+        log.info("predictor starts with model %s", holder.active.version)
         attach_predictor_agent(app, topics, RankingService(store, catalogue, holder))
+
+        @app.task
+        async def follow_models() -> None:
+            follower.start()
+
+        @app.timer(interval=30.0)
+        async def reload_prices() -> None:
+            if catalogue.reload_prices_if_changed():
+                log.info("hourly prices reloaded from %s", catalogue.prices_path)
     return app
 
 

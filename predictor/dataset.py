@@ -122,6 +122,8 @@ def build_examples(
     full_from: float | None = None,
     full_per_day: int = 1500,
     seed: int = 0,
+    rows_from: float | None = None,
+    until: float | None = None,
 ) -> Examples:
     """Replay the history in event-time order and build point-in-time training examples.
 
@@ -134,6 +136,10 @@ def build_examples(
     full_from
         Submissions at or after this time may also get rows for every candidate (a random
         sample of ``full_per_day`` per day), for top-1 pick accuracy and regret.
+    rows_from
+        Build rows only for submissions from this time on (earlier events still shape state).
+    until
+        Ignore every event at or after this time (what was not known yet).
     """
     finishes: list[JobFinish] = _events(history.finishes, JobFinish)
     starts: list[JobStart] = _events(history.starts, JobStart)
@@ -171,6 +177,8 @@ def build_examples(
             d = int(s.event_time // DAY)
             eligible[d] = eligible.get(d, 0) + 1
 
+    if until is not None:
+        order = order[times[order] < until]
     for k in order.tolist():
         kind, i = kinds[k], int(index[k])
         if kind == 0:
@@ -179,6 +187,8 @@ def build_examples(
             state.apply_start(starts[i])
         else:
             sub = subs[i]
+            if rows_from is not None and sub.event_time < rows_from:
+                continue
             done = measured.get(sub.attempt_id)
             if done is None or done.throughput is None:
                 continue

@@ -1,0 +1,149 @@
+"""Backtest: N nightly retrains over the end of a history.
+
+For each of the last ``days`` days: train on attempts that finished before that day (within
+the training window), then score the day's finished attempts with features as of their
+submission. Rows are built once for the whole history (they are point-in-time by
+construction); only the models change from night to night.
+
+Models scored side by side: ``lightgbm``, ``lookup``, ``transfer`` and, where the history has
+the simulator's oracle table, ``oracle`` (the noise-free expected throughput: the best any
+model could do). Top-1 and regret use a sample of attempts with every candidate's rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from leap.hardware import Catalogue, load_catalogue
+from predictor.dataset import DAY, Examples, History, build_examples, read_history
+from predictor.metrics import regret, summary, top1
+from predictor.models import LookupTable, PriorTransfer, ThroughputModel
+from predictor.training import day_text, fit_model
+
+METRICS = ("acc@10", "acc@20", "mape", "top1", "regret")
+
+
+def _oracle_map(history: History) -> dict[tuple[str, str], float]:
+    if history.oracle is None:
+        return {}
+    o = history.oracle
+    return dict(zip(zip(o.column("attempt_id").to_pylist(), o.column("hardware").to_pylist(), strict=True),
+                    o.column("oracle_throughput").to_pylist(), strict=True))
+
+
+def _pick_metrics(models: dict[str, ThroughputModel | None], ex: Examples, oracle: dict[tuple[str, str], float],
+                  catalogue: Catalogue) -> dict[str, dict[str, float]]:
+    """Top-1 and regret on the sampled attempts that have every candidate's row and oracle."""
+    names = catalogue.names()
+    col = {n: i for i, n in enumerate(names)}
+    prices = np.array([catalogue.price(n) or np.nan for n in names])
+    samples = []
+    for sub, rows in ex.full.values():
+        true = [oracle.get((sub.attempt_id, h)) for h in rows["hardware"]]
+        if all(t is not None and t > 0 for t in true) and all(h in col for h in rows["hardware"]):
+            samples.append((sub, rows, np.array(true, dtype=np.float64)))
+    out: dict[str, dict[str, float]] = {}
+    if not samples:
+        return out
+    k = len(samples)
+    true_m = np.full((k, len(names)), 1e-300)  # non-candidates: never the best, never chosen
+    price_m = np.tile(np.where(np.isfinite(prices), prices, 1.0), (k, 1))
+    for i, (sub, rows, true) in enumerate(samples):
+        cols = [col[h] for h in rows["hardware"]]
+        true_m[i, cols] = true / sub.num_accelerators
+        price_m[i, cols] = prices[cols] * sub.num_accelerators / sub.num_accelerators
+    for name, model in models.items():
+        pred_m = np.full((k, len(names)), np.nan)
+        for i, (_sub, rows, true) in enumerate(samples):
+            cols = [col[h] for h in rows["hardware"]]
+            pred_m[i, cols] = true / _sub.num_accelerators if model is None else model.predict(rows)
+        out[name] = {"top1": top1(pred_m, true_m, price_m), "regret": regret(pred_m, true_m, price_m)}
+    return out
+
+
+def backtest(
+    history_dir: Path,
+    days: int = 30,
+    window_days: int = 30,
+    params: dict[str, Any] | None = None,
+    catalogue: Catalogue | None = None,
+    progress: Any = None,
+    examples: tuple[History, Examples] | None = None,
+) -> dict[str, Any]:
+    """Run the backtest; returns ``{"days", "mean": {model: metrics}, "per_day": [...]}``."""
+    catalogue = catalogue or load_catalogue()
+    if examples is None:
+        history = read_history(history_dir)
+        first_test = history.last_day - (days - 1) * DAY
+        if first_test - history.first_day < 2 * DAY:
+            raise ValueError(f"the history has {int((history.last_day - history.first_day) / DAY) + 1} days: "
+                             f"too short for {days} test days after at least 2 days of training")
+        if progress is not None:
+            progress.print(f"building point-in-time rows for {history.submissions.num_rows} submissions ...")
+        ex = build_examples(history, catalogue, full_from=first_test)
+    else:
+        history, ex = examples
+        first_test = history.last_day - (days - 1) * DAY
+    oracle = _oracle_map(history)
+    per_day: list[dict[str, Any]] = []
+    for d in range(days):
+        day = first_test + d * DAY
+        train = ex.select((ex.finish_time < day) & (ex.submit_time >= day - window_days * DAY))
+        test = ex.select((ex.submit_time >= day) & (ex.submit_time < day + DAY))
+        if len(train) == 0 or len(test) == 0:
+            continue
+        model = fit_model(train, params)
+        models: dict[str, ThroughputModel | None] = {
+            "lightgbm": model, "lookup": LookupTable(), "transfer": PriorTransfer(),
+        }
+        row: dict[str, Any] = {"day": day_text(day), "train_rows": len(train), "test_rows": len(test)}
+        for name, m in models.items():
+            assert m is not None
+            row[name] = summary(m.predict(test.rows), test.y)
+        if oracle:
+            orc = np.array([oracle.get((a, h), np.nan) for a, h in zip(test.attempt_id, test.hardware, strict=True)])
+            row["oracle"] = summary(orc / test.num_accelerators, test.y)
+            models["oracle"] = None
+        for name, picks in _pick_metrics(models, test, oracle, catalogue).items():
+            row[name].update(picks)
+        per_day.append(row)
+        if progress is not None:
+            progress.print(f"{row['day']}: train {len(train)} test {len(test)}  acc@10 " + "  ".join(
+                f"{n} {row[n]['acc@10']:.3f}" for n in ("lightgbm", "transfer", "lookup", "oracle") if n in row))
+    if not per_day:
+        raise ValueError("no day had both training and test examples")
+    names = [n for n in ("lightgbm", "lookup", "transfer", "oracle") if n in per_day[0]]
+    mean = {n: {m: float(np.nanmean([r[n].get(m, np.nan) for r in per_day])) for m in METRICS} for n in names}
+    wins = sum(r["lightgbm"]["acc@10"] > r["transfer"]["acc@10"] for r in per_day)
+    return {"days": len(per_day), "window_days": window_days, "mean": mean, "per_day": per_day,
+            "lightgbm_beats_transfer_days": wins, "data_hash": history.digest}
+
+
+def plot_report(result: dict[str, Any], folder: Path) -> list[Path]:
+    """PNG plots: accuracy per day, and the per-day table as a chart of acc@10 gaps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    per_day = result["per_day"]
+    days = [r["day"][5:] for r in per_day]
+    names = [n for n in ("lightgbm", "transfer", "lookup", "oracle") if n in per_day[0]]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for n in names:
+        ax.plot(days, [r[n]["acc@10"] for r in per_day], marker="o", ms=3, label=n)
+    ax.set_ylabel("acc@10 (share within 10% of measured)")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"Backtest: {result['days']} nightly retrains")
+    ax.legend()
+    ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = folder / "accuracy_per_day.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

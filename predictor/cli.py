@@ -1,0 +1,195 @@
+"""Command-line surface of the model side: train, models list/promote/rollback, backtest, drivers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from leap.settings import Settings
+
+console = Console(stderr=True)
+models_app = typer.Typer(help="The model registry: list, promote, rollback.", no_args_is_help=True)
+
+HistoryOpt = Annotated[Path, typer.Option("--history", help="History folder (day-partitioned Parquet).")]
+RegistryOpt = Annotated[Path | None, typer.Option("--registry", help="Registry folder [default: .leap/registry].")]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def _registry(path: Path | None):  # type: ignore[no-untyped-def]
+    from predictor.registry import Registry
+
+    return Registry(path or Settings.from_env().registry_dir)
+
+
+def _check_history(path: Path) -> None:
+    if not path.is_dir():
+        raise _fail(f"{path}: no such history folder (make one with `leap fleet history --out {path}`)")
+
+
+def train_cmd(
+    history: HistoryOpt,
+    as_of: Annotated[str | None, typer.Option("--as-of", help="Train on what was known before this day (YYYY-MM-DD).")]
+    = None,
+    registry: RegistryOpt = None,
+    window_days: Annotated[int, typer.Option(min=1, help="Days of finished attempts to train on.")] = 30,
+    promote: Annotated[bool, typer.Option(help="Promote and announce if not worse than the current model.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the training report here.")] = None,
+) -> None:
+    """Fit LightGBM on the history and register a new version."""
+    from predictor.training import not_worse, parse_day, train
+
+    _check_history(history)
+    try:
+        day = parse_day(as_of) if as_of else None
+        reg = _registry(registry)
+        record, report = train(history, reg, day, window_days)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    _print_metrics(report["metrics"], f"holdout {report['holdout']['day']} ({report['holdout']['rows']} attempts)")
+    console.print(f"registered [bold]{record.version}[/] (rows {report['timings_s']['rows']}s, "
+                  f"fit {report['timings_s']['fit']}s)")
+    if promote:
+        current = report.get("current")
+        if current is None or not_worse(report["metrics"]["lightgbm"], current["holdout"]):
+            _promote(reg, record.version, "trained and not worse on the holdout")
+            report["promoted"] = True
+        else:
+            console.print(f"[yellow]not promoted[/]: acc@10 {report['metrics']['lightgbm']['acc@10']:.4f} < "
+                          f"current {current['holdout']['acc@10']:.4f} on the same holdout")
+            report["promoted"] = False
+    text = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    if json_out:
+        json_out.write_text(text + "\n")
+    print(text)
+
+
+def _print_metrics(metrics: dict[str, dict[str, float]], title: str) -> None:
+    table = Table(title=title)
+    for col in ("model", "acc@10", "acc@20", "mape"):
+        table.add_column(col)
+    for name, m in metrics.items():
+        table.add_row(name, f"{m['acc@10']:.3f}", f"{m['acc@20']:.3f}", f"{m['mape']:.3f}")
+    console.print(table)
+
+
+def _promote(reg, version: str, reason: str) -> None:  # type: ignore[no-untyped-def]
+    from predictor.reload import announce
+
+    record = None if version in ("lookup", "transfer") else reg.record(version)
+    reg.set_current(version, reason)
+    announce(Settings.from_env(), record, version)
+    console.print(f"promoted and announced [bold]{version}[/]")
+
+
+@models_app.command("list")
+def models_list(registry: RegistryOpt = None,
+                json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Registered versions with their holdout metrics; * marks the current one."""
+    reg = _registry(registry)
+    current = reg.current()
+    rows = [{"version": r.version, "current": r.version == current, "as_of": r.metadata.get("as_of"),
+             "holdout_acc@10": r.metadata.get("metrics", {}).get("lightgbm", {}).get("acc@10")} for r in reg.list()]
+    if json_out:
+        print(orjson.dumps({"current": current, "models": rows}).decode())
+        return
+    table = Table()
+    for col in ("", "version", "as of", "holdout acc@10"):
+        table.add_column(col)
+    for r in rows:
+        acc = r["holdout_acc@10"]
+        table.add_row("*" if r["current"] else "", r["version"], str(r["as_of"]), f"{acc:.4f}" if acc else "-")
+    console.print(table if rows else "no models registered")
+
+
+@models_app.command("promote")
+def models_promote(
+    version: Annotated[str, typer.Argument(help="Version to make current.")],
+    history: Annotated[Path | None, typer.Option("--history", help="Re-check on its holdout with this history.")]
+    = None,
+    force: Annotated[bool, typer.Option(help="Skip the not-worse check.")] = False,
+    registry: RegistryOpt = None,
+) -> None:
+    """Make a version current and announce it, if it is not worse than the current one."""
+    from predictor.registry import RegistryError
+    from predictor.training import compare_on_holdout
+
+    reg = _registry(registry)
+    try:
+        reg.record(version) if version not in ("lookup", "transfer") else None
+        if not force:
+            if history is None:
+                raise _fail("give --history to compare with the current model on the same holdout, or --force")
+            _check_history(history)
+            result = compare_on_holdout(reg, version, history)
+            console.print(orjson.dumps(result).decode())
+            if not result["not_worse"]:
+                raise _fail(f"{version} is worse than the current model on its holdout; not promoted", code=1)
+        _promote(reg, version, "forced" if force else "not worse on the holdout")
+    except RegistryError as exc:
+        raise _fail(str(exc)) from None
+
+
+@models_app.command("rollback")
+def models_rollback(registry: RegistryOpt = None) -> None:
+    """Go back to the version that was current before this one, and announce it."""
+    reg = _registry(registry)
+    previous = reg.previous()
+    if previous is None:
+        raise _fail("nothing to roll back to (no earlier promotion)")
+    _promote(reg, previous, f"rollback from {reg.current()}")
+
+
+def backtest_cmd(
+    history: HistoryOpt,
+    days: Annotated[int, typer.Option(min=1, help="Nightly retrains to simulate.")] = 30,
+    json_path: Annotated[Path, typer.Option("--json", help="Where to write the JSON results.")] = Path("backtest.json"),
+    report: Annotated[Path | None, typer.Option("--report", help="Folder for PNG plots.")] = None,
+    window_days: Annotated[int, typer.Option(min=1, help="Training window of each retrain.")] = 30,
+) -> None:
+    """Nightly retrains over the last DAYS days: train on everything before, score the day."""
+    from predictor.backtest import backtest, plot_report
+
+    _check_history(history)
+    try:
+        result = backtest(history, days=days, window_days=window_days, progress=console)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    json_path.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+    if report is not None:
+        plot_report(result, report)
+    _print_metrics(result["mean"], f"mean over {result['days']} nightly retrains")
+    console.print(f"written {json_path}" + (f" and plots in {report}" if report else ""))
+
+
+def drivers_cmd(
+    history: HistoryOpt,
+    json_path: Annotated[Path, typer.Option("--json", help="Where to write the JSON results.")] = Path("drivers.json"),
+    report: Annotated[Path | None, typer.Option("--report", help="Folder for the PNG plot.")] = None,
+    days: Annotated[int, typer.Option(min=2, help="Evaluation days per variant.")] = 7,
+) -> None:
+    """What moves accuracy: feature groups, window, cadence, model size, target transform."""
+    from predictor.drivers import drivers, plot_drivers
+
+    _check_history(history)
+    try:
+        result = drivers(history, days=days, progress=console)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    json_path.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+    if report is not None:
+        plot_drivers(result, report)
+    table = Table(title="change in mean acc@10 against the default model")
+    for col in ("variant", "acc@10", "delta", "spread (sd of daily delta)"):
+        table.add_column(col)
+    for row in result["variants"]:
+        table.add_row(row["name"], f"{row['acc@10']:.3f}", f"{row['delta']:+.3f}", f"{row['delta_sd']:.3f}")
+    console.print(table)

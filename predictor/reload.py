@@ -1,0 +1,123 @@
+"""Promotion announcements on the compacted ``leap.models`` topic, and hot reload in predictors.
+
+Every predictor reads the whole (compacted) topic itself, without a consumer group: an
+announcement must reach all of them, not one per group. At start-up it catches up to the end
+(so it starts with the current model), then follows in a background thread. A new model is
+loaded off the hot path and swapped in between two batches: a batch is ranked entirely by one
+model, and no submission is dropped or ranked twice across the swap.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from leap.settings import Settings
+from predictor.registry import ModelRecord, Registry
+from predictor.service import ActiveModel, ModelHolder
+from streams import metrics
+from streams.events import SCHEMA_VERSION, EventError, ModelAnnouncement
+from streams.topics import CURRENT_MODEL_KEY, MODELS
+
+log = logging.getLogger("leap.reload")
+
+
+def announce(settings: Settings, record: ModelRecord | None, version: str | None = None) -> ModelAnnouncement:
+    """Publish that ``record`` (or the baseline ``version``) is now current."""
+    event = ModelAnnouncement(
+        schema_version=SCHEMA_VERSION,
+        event_id=f"model:{uuid.uuid4().hex}",
+        event_time=time.time(),
+        model_version=record.version if record is not None else str(version),
+        kind=record.kind if record is not None else "lookup",
+        artifact=str(record.path) if record is not None else None,
+        metrics=record.metadata.get("metrics") if record is not None else None,
+    )
+    producer = Producer(settings.confluent_config(**{"enable.idempotence": True}))
+    producer.produce(MODELS.name, key=CURRENT_MODEL_KEY, value=event.encode())
+    if producer.flush(30):
+        raise RuntimeError("the model announcement was not delivered within 30 s")
+    return event
+
+
+class ModelFollower:
+    """Keeps a :class:`ModelHolder` on the announced model.
+
+    Parameters
+    ----------
+    settings
+        Kafka connection.
+    registry
+        Where versions are loaded from when the announced artifact path is not reachable.
+    holder
+        The predictor's holder; swapped in place.
+    """
+
+    def __init__(self, settings: Settings, registry: Registry, holder: ModelHolder) -> None:
+        self.registry = registry
+        self.holder = holder
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.consumer = Consumer(settings.confluent_config(**{
+            "group.id": "leap-model-follower-unused", "enable.auto.commit": False,
+        }))
+        self.consumer.assign([TopicPartition(MODELS.name, p, OFFSET_BEGINNING)
+                              for p in range(MODELS.partitions)])
+
+    def _apply(self, raw: bytes) -> None:
+        try:
+            ann = ModelAnnouncement.decode(raw)
+        except EventError as exc:
+            log.error("ignoring a bad model announcement: %s", exc)
+            return
+        if ann.model_version == self.holder.active.version:
+            return
+        try:
+            model = self.registry.load(ann.model_version, Path(ann.artifact) if ann.artifact else None)
+        except (LookupError, OSError, ValueError, KeyError) as exc:
+            log.error("cannot load announced model %s: %s; keeping %s", ann.model_version, exc,
+                      self.holder.active.version)
+            return
+        previous = self.holder.swap(ActiveModel(model, ann.model_version))
+        metrics.MODEL.info({"version": ann.model_version})
+        log.info("model %s -> %s", previous.version, ann.model_version)
+
+    def catch_up(self, timeout: float = 30.0) -> None:
+        """Apply every announcement up to the current end of the topic."""
+        ends = {p: self.consumer.get_watermark_offsets(TopicPartition(MODELS.name, p), timeout=10)[1]
+                for p in range(MODELS.partitions)}
+        if not any(ends.values()):
+            return
+        deadline = time.monotonic() + timeout
+        positions = {p: 0 for p in ends}
+        latest: bytes | None = None
+        while any(positions[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            for msg in self.consumer.consume(100, timeout=0.5):
+                if msg.error():
+                    continue
+                positions[msg.partition()] = msg.offset() + 1
+                latest = msg.value()
+        if latest is not None:
+            self._apply(latest)  # only the newest matters: earlier ones were superseded
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for msg in self.consumer.consume(10, timeout=0.5):
+                if not msg.error() and msg.value() is not None:
+                    self._apply(msg.value())
+
+    def start(self) -> ModelFollower:
+        self._thread = threading.Thread(target=self._run, name="leap-model-follower", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.consumer.close()
