@@ -302,7 +302,6 @@ class LightGBMThroughput(ThroughputModel):
         model.band_by_evidence_ = {k: (float(v[0]), float(v[1])) for k, v in state["band_by_evidence"].items()}
         model.base_features_ = list(state.get("base_features", []))
         model.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}
-        threads = {"num_threads": model.num_threads}
-        model.booster_ = lgb.Booster(model_str=texts["main"], params=threads)
-        model.base_ = lgb.Booster(model_str=texts["base"], params=threads) if "base" in texts else None
+        model.booster_ = lgb.Booster(model_str=texts["main"])
+        model.base_ = lgb.Booster(model_str=texts["base"]) if "base" in texts else None
         return model

@@ -1,0 +1,84 @@
+"""The LightGBM model: learning, determinism, its band, and artifacts without pickle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from leap.hardware import load_catalogue
+from predictor.dataset import Examples, build_examples, read_history
+from predictor.lgbm import LightGBMThroughput
+from predictor.metrics import summary
+from predictor.models import LookupTable, PriorTransfer
+from predictor.registry import Registry, RegistryError
+from predictor.training import fit_model, split
+
+SMALL = {"n_estimators": 80, "num_leaves": 31}
+
+
+@pytest.fixture(scope="module")
+def examples(small_history: Path) -> Examples:
+    return build_examples(read_history(small_history), load_catalogue())
+
+
+@pytest.fixture(scope="module")
+def trained(examples: Examples) -> tuple[LightGBMThroughput, Examples]:
+    last = float(np.floor(examples.submit_time.max() / 86400) * 86400)
+    sp = split(examples, last + 86400, window_days=30)
+    return fit_model(sp.train, SMALL), sp.holdout
+
+
+def test_beats_both_baselines_on_the_holdout(trained: tuple[LightGBMThroughput, Examples]) -> None:
+    model, holdout = trained
+    ours = summary(model.predict(holdout.rows), holdout.y)["acc@10"]
+    assert ours > summary(LookupTable().predict(holdout.rows), holdout.y)["acc@10"] + 0.1
+    assert ours > summary(PriorTransfer().predict(holdout.rows), holdout.y)["acc@10"]
+
+
+def test_training_is_deterministic(examples: Examples, trained: tuple[LightGBMThroughput, Examples]) -> None:
+    model, holdout = trained
+    last = float(np.floor(examples.submit_time.max() / 86400) * 86400)
+    again = fit_model(split(examples, last + 86400, window_days=30).train, SMALL)
+    np.testing.assert_array_equal(model.predict(holdout.rows), again.predict(holdout.rows))
+
+
+def test_band_covers_about_eighty_percent(trained: tuple[LightGBMThroughput, Examples]) -> None:
+    model, holdout = trained
+    pred = model.predict(holdout.rows)
+    lo, hi = model.predict_band(pred, holdout.rows)
+    ok = np.isfinite(pred)
+    inside = (holdout.y[ok] >= lo[ok]) & (holdout.y[ok] <= hi[ok])
+    assert 0.6 <= inside.mean() <= 0.95  # nominal 80% (10th to 90th percentile of residuals)
+
+
+def test_artifact_round_trip_predicts_identically(tmp_path: Path, trained: tuple[LightGBMThroughput, Examples]) -> None:
+    model, holdout = trained
+    registry = Registry(tmp_path)
+    record = registry.save(model, {"metrics": {}})
+    assert sorted(p.name for p in record.path.iterdir()) == ["base.txt", "main.txt", "metadata.json"]
+    loaded = registry.load(record.version)
+    np.testing.assert_array_equal(loaded.predict(holdout.rows), model.predict(holdout.rows))
+    lo1, hi1 = loaded.predict_band(model.predict(holdout.rows), holdout.rows)
+    lo2, hi2 = model.predict_band(model.predict(holdout.rows), holdout.rows)
+    np.testing.assert_array_equal(lo1, lo2)
+    np.testing.assert_array_equal(hi1, hi2)
+
+
+def test_registry_current_and_rollback(tmp_path: Path, trained: tuple[LightGBMThroughput, Examples]) -> None:
+    registry = Registry(tmp_path)
+    first = registry.save(trained[0], {}, version="v1").version
+    second = registry.save(trained[0], {}, version="v2").version
+    assert registry.current() is None
+    registry.set_current(first, "test")
+    registry.set_current(second, "test")
+    assert registry.current() == "v2" and registry.previous() == "v1"
+    with pytest.raises(RegistryError, match="unknown model version 'v3'"):
+        registry.set_current("v3", "test")
+    assert isinstance(registry.load("lookup"), LookupTable)
+
+
+def test_unknown_feature_group_is_refused(examples: Examples) -> None:
+    with pytest.raises(ValueError, match="unknown feature groups"):
+        LightGBMThroughput(feature_groups=("config", "weather")).fit(examples.rows, examples.y)
