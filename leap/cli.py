@@ -74,17 +74,32 @@ def topics_list() -> None:
 
 @app.command()
 def worker(
-    role: Annotated[str, typer.Argument(help="features | predictor | all")],
+    role: Annotated[str, typer.Argument(help="features | predictor | all | archiver | trainer")],
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus port (0 = off).")] = None,
+    archive_dir: Annotated[Path | None, typer.Option(
+        help="archiver, trainer: the history archive [default: $LEAP_ARCHIVE_DIR or .leap/archive].")] = None,
+    schedule: Annotated[str, typer.Option(help="trainer: time of the daily run, HH:MM UTC.")] = "02:00",
+    run_now: Annotated[bool, typer.Option(help="trainer: train once now and exit.")] = False,
 ) -> None:
     """Run a worker until SIGTERM (offsets are committed on the way out)."""
+    from dataclasses import replace
+
     from leap import worker as worker_mod
+    from predictor.nightly import NightlyConfig, parse_schedule
+    from streams.archive import ArchiveConfig
 
     if role not in worker_mod.ROLES:
         raise fail(f"unknown role {role!r}; choose one of: {', '.join(worker_mod.ROLES)}")
     port = worker_mod.DEFAULT_METRICS_PORTS[role] if metrics_port is None else metrics_port
+    settings = Settings.from_env()
+    archive = ArchiveConfig.from_env(settings)
+    archive = replace(archive, root=archive_dir) if archive_dir is not None else archive
+    try:
+        nightly = NightlyConfig(archive.root, settings.registry_dir, parse_schedule(schedule), run_now=run_now)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     sys.argv = [sys.argv[0]]  # faust's Worker parses argv; ours are already consumed
-    worker_mod.run(Settings.from_env(), role, port)
+    worker_mod.run(settings, role, port, archive, nightly)
 
 
 @app.command()
@@ -138,13 +153,18 @@ def demo(
     warmup: Annotated[int, typer.Option(min=0, help="Earlier attempts published as history first.")] = 5000,
     deadline_ms: Annotated[float, typer.Option(min=1, help="How long the scheduler waits for a ranking.")] = 500.0,
     attempts_per_day: Annotated[float, typer.Option(min=1, help="Simulated submission rate per day.")] = 5000.0,
+    model: Annotated[str, typer.Option(help="auto (promoted LightGBM, trained first if none), lookup, or a version.")]
+    = "auto",
 ) -> None:
     """Bring everything up and run the scheduler simulator against the live workers."""
     from leap.demo import run_demo
 
     if summary_json is not None and not summary_json.parent.exists():
         raise fail(f"{summary_json.parent}: folder does not exist")
-    summary = run_demo(duration, rate, seed, warmup, deadline_ms, attempts_per_day)
+    try:
+        summary = run_demo(duration, rate, seed, warmup, deadline_ms, attempts_per_day, model)
+    except LookupError as exc:
+        raise fail(str(exc)) from None
     text = orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode()
     if summary_json is not None:
         summary_json.write_text(text + "\n")

@@ -1,4 +1,5 @@
-"""``leap worker ROLE``: run the feature agents, the predictor agent, or both, under Faust."""
+"""``leap worker ROLE``: run the feature agents, the predictor agent, or both, under Faust; the archiver
+(topics to the Parquet history archive); or the nightly trainer."""
 
 from __future__ import annotations
 
@@ -11,23 +12,30 @@ from leap.hardware import load_catalogue
 from leap.runtime import feature_store
 from leap.settings import Settings
 from predictor.agent import attach_predictor_agent
+from predictor.nightly import NightlyConfig
+from predictor.nightly import serve as serve_nightly
 from predictor.registry import Registry
 from predictor.reload import ModelFollower
 from predictor.service import ModelHolder, RankingService, lookup_fallback
 from streams import metrics
 from streams.app import attach_feature_agents, build_app
+from streams.archive import ArchiveConfig, attach_archiver_agents
 from streams.topics import create_topics
 
-ROLES = ("features", "predictor", "all")
-DEFAULT_METRICS_PORTS = {"features": 9101, "predictor": 9102, "all": 9100}
+ROLES = ("features", "predictor", "all", "archiver", "trainer")
+DEFAULT_METRICS_PORTS = {"features": 9101, "predictor": 9102, "all": 9100, "archiver": 9103, "trainer": 9104}
 
 log = logging.getLogger("leap.worker")
 
 
-def build(settings: Settings, role: str) -> faust.App:
+def build(settings: Settings, role: str, archive: ArchiveConfig | None = None) -> faust.App:
     """The Faust app of a role, with its agents attached."""
-    if role not in ROLES:
-        raise ValueError(f"unknown worker role {role!r}; choose one of {', '.join(ROLES)}")
+    if role not in ROLES or role == "trainer":
+        raise ValueError(f"no Faust app for worker role {role!r}; choose one of {', '.join(ROLES[:-1])}")
+    if role == "archiver":  # needs neither Redis nor the catalogue
+        app, topics = build_app(settings, role)
+        attach_archiver_agents(app, topics, archive or ArchiveConfig.from_env(settings))
+        return app
     catalogue = load_catalogue()
     store = feature_store(settings, catalogue)
     app, topics = build_app(settings, role)
@@ -52,10 +60,16 @@ def build(settings: Settings, role: str) -> faust.App:
     return app
 
 
-def run(settings: Settings, role: str, metrics_port: int) -> None:
+def run(settings: Settings, role: str, metrics_port: int, archive: ArchiveConfig | None = None,
+        nightly: NightlyConfig | None = None) -> None:
     """Create missing topics, serve metrics and run the worker until SIGTERM/SIGINT."""
     create_topics(settings)
-    app = build(settings, role)
+    if role == "trainer":  # a scheduled loop, not a stream processor
+        metrics.serve(metrics_port)
+        archive_root = (archive or ArchiveConfig.from_env(settings)).root
+        serve_nightly(settings, nightly or NightlyConfig(archive_root, settings.registry_dir))
+        return
+    app = build(settings, role, archive)
     metrics.serve(metrics_port)
     # Long-lived objects built above never die: keep the collector from rescanning them
     # (GC pauses are the main p99 cost of a Python server).
