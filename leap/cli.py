@@ -17,11 +17,11 @@ from rich.console import Console
 from dashboard.cli import dashboard_cmd
 from fleet import cli as fleet_cli
 from leap import services
+from leap.settings import Settings
 from predictor import cli as predictor_cli
 from predictor.measurements import evaluate_measurements_cmd
-from streams.replay import app as replay_app
-from leap.settings import Settings
 from streams.events import EventError, Submission
+from streams.replay import app as replay_app
 
 app = typer.Typer(
     name="leap",

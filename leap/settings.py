@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: Ports of the project's own local services. They are not the well-known 9092/6379 so that
 #: ``leap services up`` never collides with a broker or server the user already runs.
@@ -77,9 +78,9 @@ class Settings:
     def registry_dir(self) -> Path:
         return self.home / "registry"
 
-    def confluent_config(self, **extra: str | int | float | bool) -> dict[str, str | int | float | bool]:
+    def confluent_config(self, **extra: Any) -> dict[str, Any]:
         """librdkafka configuration for confluent-kafka clients."""
-        conf: dict[str, str | int | float | bool] = {"bootstrap.servers": self.kafka_bootstrap}
+        conf: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap}
         conf.update(self.kafka_security)
         conf.update(extra)
         return conf

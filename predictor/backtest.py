@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from features.rows import Rows
 from leap.hardware import Catalogue, load_catalogue
 from predictor.dataset import DAY, Examples, History, build_examples, read_history
 from predictor.metrics import regret, summary, top1
@@ -40,26 +41,26 @@ def _pick_metrics(models: dict[str, ThroughputModel | None], ex: Examples, oracl
     names = catalogue.names()
     col = {n: i for i, n in enumerate(names)}
     prices = np.array([catalogue.price(n) or np.nan for n in names])
-    samples = []
+    # Per-accelerator throughput against per-accelerator price: the accelerator count is the
+    # same for every candidate of one attempt, so it cancels out of the choice.
+    samples: list[tuple[Rows, list[int], np.ndarray]] = []
     for sub, rows in ex.full.values():
-        true = [oracle.get((sub.attempt_id, h)) for h in rows["hardware"]]
-        if all(t is not None and t > 0 for t in true) and all(h in col for h in rows["hardware"]):
-            samples.append((sub, rows, np.array(true, dtype=np.float64)))
+        found = [oracle.get((sub.attempt_id, h)) for h in rows["hardware"]]
+        if all(t is not None and t > 0 for t in found) and all(h in col for h in rows["hardware"]):
+            true = np.array(found, dtype=np.float64) / sub.num_accelerators
+            samples.append((rows, [col[h] for h in rows["hardware"]], true))
     out: dict[str, dict[str, float]] = {}
     if not samples:
         return out
     k = len(samples)
     true_m = np.full((k, len(names)), 1e-300)  # non-candidates: never the best, never chosen
     price_m = np.tile(np.where(np.isfinite(prices), prices, 1.0), (k, 1))
-    for i, (sub, rows, true) in enumerate(samples):
-        cols = [col[h] for h in rows["hardware"]]
-        true_m[i, cols] = true / sub.num_accelerators
-        price_m[i, cols] = prices[cols] * sub.num_accelerators / sub.num_accelerators
+    for i, (_, cols, true) in enumerate(samples):
+        true_m[i, cols] = true
     for name, model in models.items():
         pred_m = np.full((k, len(names)), np.nan)
-        for i, (_sub, rows, true) in enumerate(samples):
-            cols = [col[h] for h in rows["hardware"]]
-            pred_m[i, cols] = true / _sub.num_accelerators if model is None else model.predict(rows)
+        for i, (rows, cols, true) in enumerate(samples):
+            pred_m[i, cols] = true if model is None else model.predict(rows)
         out[name] = {"top1": top1(pred_m, true_m, price_m), "regret": regret(pred_m, true_m, price_m)}
     return out
 

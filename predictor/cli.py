@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from leap.settings import Settings
+from predictor.registry import Registry
 
 console = Console(stderr=True)
 models_app = typer.Typer(help="The model registry: list, promote, rollback.", no_args_is_help=True)
@@ -24,9 +25,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _registry(path: Path | None):  # type: ignore[no-untyped-def]
-    from predictor.registry import Registry
-
+def _registry(path: Path | None) -> Registry:
     return Registry(path or Settings.from_env().registry_dir)
 
 
@@ -81,7 +80,7 @@ def _print_metrics(metrics: dict[str, dict[str, float]], title: str) -> None:
     console.print(table)
 
 
-def _promote(reg, version: str, reason: str) -> None:  # type: ignore[no-untyped-def]
+def _promote(reg: Registry, version: str, reason: str) -> None:
     from predictor.reload import announce
 
     record = None if version in ("lookup", "transfer") else reg.record(version)
@@ -97,7 +96,7 @@ def models_list(registry: RegistryOpt = None,
     reg = _registry(registry)
     current = reg.current()
     rows = [{"version": r.version, "current": r.version == current, "as_of": r.metadata.get("as_of"),
-             "holdout_acc@10": r.metadata.get("metrics", {}).get("lightgbm", {}).get("acc@10")} for r in reg.list()]
+             "holdout_acc@10": r.metadata.get("metrics", {}).get("lightgbm", {}).get("acc@10")} for r in reg.versions()]
     if json_out:
         print(orjson.dumps({"current": current, "models": rows}).decode())
         return

@@ -106,12 +106,12 @@ class Examples:
         )
 
 
-def _events(table: pa.Table, cls: type) -> list:  # type: ignore[type-arg]
+def _events(table: pa.Table, cls: type) -> list[Any]:
     names = [f.name for f in cls.FIELDS]  # type: ignore[attr-defined]
     cols = [table.column(n).to_pylist() if n in table.column_names else [None] * table.num_rows for n in names]
     if cls is Submission:
         k = names.index("candidates")
-        cols[k] = [tuple(c) for c in cols[k]]
+        cols[k] = [tuple(c or ()) for c in cols[k]]
     # Built without re-validation: the archive holds only events that passed validation.
     return [cls(*values) for values in zip(*cols, strict=True)]
 

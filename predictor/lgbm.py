@@ -267,7 +267,8 @@ class LightGBMThroughput(ThroughputModel):
             raise RuntimeError("model is not fitted")
         rows = self._with_base(rows)
         anchor = self._anchor(rows)
-        out = self._from_target(self.booster_.predict(self._matrix(rows), num_threads=self.predict_threads), anchor)
+        raw = np.asarray(self.booster_.predict(self._matrix(rows), num_threads=self.predict_threads))
+        out = self._from_target(raw, anchor)
         return np.where(np.isfinite(anchor), out, np.nan)
 
     def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:

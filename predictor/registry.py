@@ -75,12 +75,12 @@ class Registry:
         path = self.root / version
         meta_path = path / "metadata.json"
         if not meta_path.is_file():
-            known = ", ".join(r.version for r in self.list()) or "none"
+            known = ", ".join(r.version for r in self.versions()) or "none"
             raise RegistryError(f"unknown model version {version!r} in {self.root} (known: {known})")
         meta = json.loads(meta_path.read_text())
         return ModelRecord(version, meta["kind"], float(meta["created_at"]), path, meta)
 
-    def list(self) -> list[ModelRecord]:
+    def versions(self) -> list[ModelRecord]:
         if not self.root.is_dir():
             return []
         out = [self.record(p.name) for p in self.root.iterdir()

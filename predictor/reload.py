@@ -100,7 +100,7 @@ class ModelFollower:
             for msg in self.consumer.consume(100, timeout=0.5):
                 if msg.error():
                     continue
-                positions[msg.partition()] = msg.offset() + 1
+                positions[msg.partition() or 0] = (msg.offset() or 0) + 1
                 latest = msg.value()
         if latest is not None:
             self._apply(latest)  # only the newest matters: earlier ones were superseded
@@ -108,8 +108,9 @@ class ModelFollower:
     def _run(self) -> None:
         while not self._stop.is_set():
             for msg in self.consumer.consume(10, timeout=0.5):
-                if not msg.error() and msg.value() is not None:
-                    self._apply(msg.value())
+                value = msg.value()
+                if not msg.error() and value is not None:
+                    self._apply(value)
 
     def start(self) -> ModelFollower:
         self._thread = threading.Thread(target=self._run, name="leap-model-follower", daemon=True)

@@ -72,6 +72,17 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
         t.name: app.topic(t.name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         for t in ALL_TOPICS
     }
+
+    @app.timer(interval=5.0)
+    async def export_consumer_lag() -> None:
+        # Faust's monitor already tracks end and read offsets per partition; publish the gap.
+        monitor = app.monitor
+        ends, reads = monitor.tp_end_offsets or {}, monitor.tp_read_offsets or {}
+        for tp, end in ends.items():
+            read = reads.get(tp)
+            if read is not None:
+                metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, end - read - 1))
+
     return app, topics
 
 
