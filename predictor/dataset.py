@@ -211,6 +211,7 @@ def build_examples(
                 seen[d] = seen.get(d, 0) + 1
     return Examples(
         rows=to_columns(row_list), y=np.array(y), submit_time=np.array(t_sub), finish_time=np.array(t_fin),
-        attempt_id=np.array(aid, dtype=object), job_key=np.array(jobs, dtype=object), hardware=np.array(hw, dtype=object),
+        attempt_id=np.array(aid, dtype=object), job_key=np.array(jobs, dtype=object),
+        hardware=np.array(hw, dtype=object),
         num_accelerators=np.array(nacc, dtype=np.float64), full=full,
     )
