@@ -1,0 +1,81 @@
+"""``bench`` commands: each prints one JSON object (medians over ``--repeat`` runs) on stdout.
+
+Progress goes to stderr. All of them use the broker and Redis of ``Settings.from_env()`` and
+write Redis keys only under a scratch prefix that they delete when they end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bench.common import emit
+from leap.settings import Settings
+
+app = typer.Typer(help="Benchmarks that print JSON figures.", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False)
+
+Repeat = Annotated[int, typer.Option("--repeat", min=1, help="Runs; the JSON holds their medians.")]
+Seed = Annotated[int, typer.Option("--seed", help="Fleet simulator seed.")]
+
+
+@app.command("features")
+def features_cmd(
+    events: Annotated[int, typer.Option(min=1, help="Finish (and start) events written per run.")] = 20000,
+    reads: Annotated[int, typer.Option(min=1, help="Submissions read per round, 256 per read().")] = 4096,
+    read_rounds: Annotated[int, typer.Option(min=1, help="Passes over those submissions per run.")] = 5,
+    repeat: Repeat = 3,
+    seed: Seed = 0,
+) -> None:
+    """FeatureStore write throughput (batches of 500) and batched read throughput (256 per read)."""
+    from bench.features import bench_features
+
+    emit(bench_features(Settings.from_env(), events, reads, read_rounds, repeat, seed))
+
+
+@app.command("predict")
+def predict_cmd(
+    submissions: Annotated[int, typer.Option(min=1, help="Submissions ranked per pass.")] = 5000,
+    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    batch: Annotated[int, typer.Option(min=1, help="Submissions per rank() call.")] = 500,
+    history_days: Annotated[int, typer.Option(min=2, help="Days of simulated history to fit on.")] = 6,
+    history_per_day: Annotated[int, typer.Option(min=10, help="Attempts per simulated day.")] = 1500,
+    trees: Annotated[int | None, typer.Option(min=1, help="Override n_estimators (default: leap train's).")] = None,
+    no_redis: Annotated[bool, typer.Option(help="Also run each model on snapshots read beforehand.")] = True,
+    profile: Annotated[Path | None, typer.Option(help="Folder for cProfile dumps (extra untimed pass).")] = None,
+    repeat: Repeat = 3,
+    seed: Seed = 0,
+) -> None:
+    """RankingService.rank without Kafka: lookup fallback vs LightGBM, with per-stage costs."""
+    from bench.predict import bench_predict
+
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+    emit(bench_predict(Settings.from_env(), submissions, warm, batch, history_days, history_per_day, trees,
+                       no_redis, repeat, seed, profile))
+
+
+@app.command("e2e")
+def e2e_cmd(
+    rate: Annotated[float, typer.Option(min=0, help="Submissions/s to publish; 0 = as fast as answered.")] = 200.0,
+    duration: Annotated[float, typer.Option(min=0.5, help="Seconds of publishing per run.")] = 6.0,
+    window: Annotated[int, typer.Option(min=1, help="With --rate 0: most submissions unanswered.")] = 200,
+    drain: Annotated[float, typer.Option(min=0, help="Seconds to wait for the last rankings.")] = 5.0,
+    role: Annotated[str, typer.Option(help="Worker role: predictor | all.")] = "predictor",
+    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds for the worker's first ranking.")] = 90.0,
+    repeat: Repeat = 3,
+    seed: Seed = 0,
+) -> None:
+    """Submission-to-ranking latency and rankings/s through a `leap worker` child process."""
+    from bench.e2e import bench_e2e
+
+    if role not in ("predictor", "all"):
+        raise typer.BadParameter("role must be predictor or all", param_hint="--role")
+    emit(bench_e2e(Settings.from_env(), rate, duration, window, drain, role, warm, repeat, startup_timeout, seed))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,245 @@
+"""``bench e2e``: submission-to-ranking latency and sustained rankings/s through a real worker.
+
+A ``leap worker predictor`` (or ``all``) child process runs against the local broker and Redis
+with a scratch key prefix (warmed with simulated history) and a scratch ``LEAP_HOME``. It serves
+whatever model the shared ``leap.models`` topic announces (announcements carry the artifact's
+path), else the lookup fallback; the report counts the model versions of the rankings it got.
+The benchmark publishes
+submissions with :class:`SchedulerClient` at a target rate — or as fast as the worker keeps up,
+with at most ``window`` submissions unanswered — and a second thread follows the rankings topic.
+
+Latency is measured in this process from just before ``produce`` to the ranking's arrival, so
+it includes both Kafka hops and the client's own batching (``linger.ms``, ``fetch.wait.max.ms``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from confluent_kafka.admin import AdminClient
+
+from bench.common import Figures, percentiles_ms, report, say, scratch_prefix
+from bench.workload import make_workload, seed_store
+from leap.hardware import load_catalogue
+from leap.runtime import feature_store
+from leap.settings import Settings
+from streams.client import SchedulerClient
+from streams.events import Submission
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Worker:
+    """``leap worker ROLE`` as a child process with its own key prefix and home; SIGTERM stops it."""
+
+    def __init__(self, settings: Settings, role: str, prefix: str, home: Path) -> None:
+        env = dict(os.environ)
+        env.update(LEAP_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, LEAP_REDIS_URL=settings.redis_url,
+                   LEAP_HOME=str(home), LEAP_KEY_PREFIX=prefix)
+        self.log_path = home / "worker.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leap.cli", "worker", role, "--metrics-port", "0"],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, n: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+
+@dataclass
+class Collector:
+    """Follows the rankings topic on a thread; keeps arrival time and worker latency per attempt."""
+
+    client: SchedulerClient
+    got: dict[str, tuple[float, float]] = field(default_factory=dict)
+    tag: str = ""
+    answered: int = 0  # rankings of the current run (attempt ids carrying ``tag``)
+    versions: dict[str, int] = field(default_factory=dict)  # model versions of those rankings
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="bench-rankings", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for ranking, at in self.client.rankings(timeout=0.2):
+                self.got[ranking.attempt_id] = (at, ranking.latency_ms)
+                if self.tag and self.tag in ranking.attempt_id:
+                    self.answered += 1
+                    self.versions[ranking.model_version] = self.versions.get(ranking.model_version, 0) + 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+def tagged(sub: Submission, tag: str) -> Submission:
+    """The same submission under new ids (same job, so the same features)."""
+    return replace(sub, attempt_id=f"{sub.attempt_id}-{tag}", event_id=f"{sub.event_id}-{tag}")
+
+
+def wait_until_ranking(client: SchedulerClient, worker: Worker, probe: Submission, timeout: float) -> float:
+    """Publish canaries until the worker answers one; returns seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if not worker.alive():
+            raise RuntimeError(f"worker exited early:\n{worker.tail()}")
+        canary = tagged(probe, f"canary-{uuid.uuid4().hex[:8]}")
+        client.publish(canary)
+        client.flush()
+        if client.wait_for([canary.attempt_id], timeout=5):
+            return time.monotonic() - t0
+    raise RuntimeError(f"worker gave no ranking within {timeout:.0f} s:\n{worker.tail()}")
+
+
+def group_members(settings: Settings, group: str) -> int:
+    """Members of the worker's consumer group: more than 1 means another worker shares the load."""
+    admin = AdminClient(settings.confluent_config())
+    try:
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        return len(desc.members)
+    except Exception:  # an informational figure: never fail the benchmark over it
+        return -1
+
+
+def run_once(client: SchedulerClient, collector: Collector, pool: list[Submission], rate: float, duration: float,
+             window: int, drain: float) -> Figures:
+    """Publish for ``duration`` seconds, then wait up to ``drain`` seconds for the last rankings."""
+    tag = uuid.uuid4().hex[:8]
+    collector.tag, collector.answered = tag, 0
+    sent: dict[str, float] = {}
+    start = time.time()
+    i = 0
+    while (now := time.time()) - start < duration:
+        if rate > 0:
+            due = start + i / rate
+            if due > now:
+                time.sleep(min(due - now, 0.01))
+                continue
+        elif i - collector.answered >= window:
+            time.sleep(0.002)  # closed loop: let the worker catch up before publishing more
+            continue
+        sub = tagged(pool[i % len(pool)], f"{tag}-{i}")
+        sent[sub.attempt_id] = time.time()
+        client.publish(sub)
+        i += 1
+    published_s = time.time() - start
+    client.flush()
+    deadline = time.time() + drain
+    while time.time() < deadline and any(a not in collector.got for a in sent):
+        time.sleep(0.05)
+    got = {a: collector.got[a] for a in sent if a in collector.got}
+    lat = [got[a][0] - t for a, t in sent.items() if a in got]
+    last = max((v[0] for v in got.values()), default=start)
+    return {
+        "published": float(len(sent)),
+        "rate_achieved_per_s": len(sent) / published_s,
+        "received": float(len(got)),
+        "unanswered": float(len(sent) - len(got)),
+        "rankings_per_s": len(got) / max(1e-9, last - start),
+        **percentiles_ms(lat, "latency"),
+        **percentiles_ms([v[1] / 1000.0 for v in got.values()], "worker_latency"),
+    }
+
+
+def bench_e2e(
+    settings: Settings,
+    rate: float = 200.0,
+    duration: float = 6.0,
+    window: int = 200,
+    drain: float = 5.0,
+    role: str = "predictor",
+    warm: int = 20000,
+    repeat: int = 3,
+    startup_timeout: float = 90.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Run the end-to-end benchmark and return its JSON report.
+
+    Parameters
+    ----------
+    settings
+        Broker and Redis (loopback by default); key prefix and home are replaced by scratch ones.
+    rate
+        Submissions per second to publish; 0 = as fast as the worker answers (closed loop).
+    duration
+        Seconds of publishing per run.
+    window
+        With ``rate=0``: most submissions left unanswered at any time.
+    drain
+        Seconds to wait after publishing for the last rankings.
+    role
+        ``predictor`` or ``all``.
+    warm
+        Earlier attempts whose finishes are written to the scratch prefix first.
+    repeat
+        Runs against the same worker; the report holds medians.
+    startup_timeout
+        Seconds the worker may take to answer its first submission.
+    """
+    began = time.perf_counter()
+    prefix = scratch_prefix()
+    home = Path(tempfile.mkdtemp(prefix="leap-bench-home-"))
+    say(f"simulating {warm} attempts of history into Redis prefix {prefix}")
+    w = make_workload(warm, 2000, seed)
+    store = feature_store(settings, load_catalogue(), prefix=prefix)
+    worker: Worker | None = None
+    try:
+        seed_store(store, w)
+        worker = Worker(settings, role, prefix, home)
+        with SchedulerClient(settings) as client:
+            ready_s = wait_until_ranking(client, worker, w.submissions[0], startup_timeout)
+            members = group_members(settings, f"leap-{role}")
+            say(f"worker answered after {ready_s:.1f} s; consumer group leap-{role} has {members} member(s)")
+            collector = Collector(client)
+            collector.start()
+            runs = []
+            try:
+                for r in range(repeat):
+                    runs.append(run_once(client, collector, w.submissions, rate, duration, window, drain))
+                    say(f"run {r + 1}/{repeat}: {runs[-1]['rate_achieved_per_s']:.0f}/s published, "
+                        f"p50 {runs[-1]['latency_p50_ms']:.1f} ms, p99 {runs[-1]['latency_p99_ms']:.1f} ms")
+            finally:
+                collector.stop()
+    finally:
+        if worker is not None:
+            worker.stop()
+        store.delete_all()
+        store.client.close()
+        shutil.rmtree(home, ignore_errors=True)
+    params = {"rate": rate, "duration_s": duration, "window": window if rate <= 0 else None, "drain_s": drain,
+              "role": role, "warm_attempts": warm, "seed": seed, "key_prefix": prefix,
+              "mean_candidates": round(float(np.mean([len(s.candidates) for s in w.submissions])), 2),
+              "kafka": settings.kafka_bootstrap}
+    extra = {"worker_ready_s": round(ready_s, 1), "consumer_group_members": members,
+             "model_versions": collector.versions}
+    return report("e2e", params, runs, extra=extra, started=began)

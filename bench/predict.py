@@ -1,0 +1,213 @@
+"""``bench predict``: the ranking loop without Kafka, lookup fallback vs LightGBM in one process.
+
+Per batch: decode the submissions from bytes, :meth:`RankingService.rank` (read features, build
+rows, predict, price, rank), encode the rankings — the loop the predictor agent runs, minus
+Kafka. Each run passes over the same batches once per variant, variants back to back, so the
+ratios between them are measured side by side:
+
+- ``lookup``: the fallback a predictor serves before any model is promoted;
+- ``lightgbm``: a model fitted on a simulated history (:mod:`bench.model`);
+- ``*_no_redis``: the same with snapshots read beforehand, which is DESIGN §9's plain loop
+  (decode, build rows, predict, encode) plus pricing.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import Figures, freeze_heap, percentiles_ms, report, say, scratch_prefix, unfreeze_heap
+from bench.model import fit_on_simulated_history
+from bench.stages import Clock, PrefetchedStore, TimedModel, TimedStore, timed_rows
+from bench.workload import Workload, batches, make_workload, seed_store
+from features.rows import build_rows, concat_rows
+from features.snapshot import FeatureSnapshot
+from features.store import FeatureStore
+from leap.hardware import Catalogue, load_catalogue
+from leap.runtime import feature_store
+from leap.settings import Settings
+from predictor.models import ThroughputModel
+from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
+from streams.events import Submission
+
+#: The predictor agent takes up to 500 submissions per batch (``predictor.agent.PREDICT_BATCH``).
+PREDICT_BATCH = 500
+STAGES = ("decode", "read", "rows", "predict", "other", "encode")
+#: DESIGN §9: a plain loop (decode, build rows, predict, encode) of 24 candidates per submission.
+DESIGN_LOOP_PER_S = 3200.0
+DESIGN_CANDIDATES = 24
+
+
+def _pass(service: RankingService, clock: Clock, raw_batches: Sequence[list[bytes]]) -> Figures:
+    """One pass over all batches; per-batch loop times and per-submission stage costs."""
+    totals: list[float] = []
+    spent = dict.fromkeys(STAGES, 0.0)
+    subs_n = rows_n = fallbacks = 0
+    clock.take()
+    with timed_rows(clock):
+        for raw in raw_batches:
+            t0 = time.perf_counter()
+            subs = [Submission.decode(b) for b in raw]
+            t1 = time.perf_counter()
+            rankings = service.rank(subs)
+            t2 = time.perf_counter()
+            encoded = [r.encode() for r in rankings]
+            t3 = time.perf_counter()
+            inner = clock.take()
+            totals.append(t3 - t0)
+            spent["decode"] += t1 - t0
+            spent["encode"] += t3 - t2
+            for stage in ("read", "rows", "predict"):
+                spent[stage] += inner.get(stage, 0.0)
+            spent["other"] += (t2 - t1) - sum(inner.values())
+            subs_n += len(subs)
+            rows_n += sum(len(s.candidates) for s in subs)
+            fallbacks += sum(1 for r in rankings if r.fallback)
+            assert len(encoded) == len(subs)
+    loop_s = sum(totals)
+    out: Figures = {
+        "submissions_per_s": subs_n / loop_s,
+        "candidate_rows_per_s": rows_n / loop_s,
+        "fallback_share": fallbacks / subs_n,
+        **percentiles_ms(totals, "batch"),
+    }
+    for stage in STAGES:
+        out[f"{stage}_us_per_submission"] = spent[stage] / subs_n * 1e6
+    return out
+
+
+def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls: int = 200) -> Figures:
+    """Model cost alone: µs per row in one bulk call, and µs per call of 24 rows (DESIGN §9's unit)."""
+    n = len(rows_all["hardware"])
+    t0 = time.perf_counter()
+    model.predict(rows_all)
+    bulk = time.perf_counter() - t0
+    small = {c: v[:DESIGN_CANDIDATES] for c, v in rows_all.items()}
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        model.predict(small)
+        times.append(time.perf_counter() - t0)
+    return {"predict_bulk_us_per_row": bulk / n * 1e6, "predict_24_rows_us_per_call": float(np.median(times)) * 1e6}
+
+
+def _services(store: FeatureStore, catalogue: Catalogue, clock: Clock, models: dict[str, ActiveModel],
+              snapshots: dict[str, FeatureSnapshot], no_redis: bool) -> dict[str, RankingService]:
+    out = {}
+    for name, active in models.items():
+        timed = ActiveModel(TimedModel(active.model, clock), active.version, active.fallback)
+        out[name] = RankingService(TimedStore(store, clock), catalogue, ModelHolder(timed))
+        if no_redis:
+            out[f"{name}_no_redis"] = RankingService(PrefetchedStore(store, clock, snapshots), catalogue,
+                                                     ModelHolder(timed))
+    return out
+
+
+def run_once(services: dict[str, RankingService], clock: Clock, raw_batches: Sequence[list[bytes]]) -> Figures:
+    """One pass per variant, back to back, and each variant's throughput relative to the lookup's."""
+    figures: Figures = {}
+    for name, service in services.items():
+        for key, value in _pass(service, clock, raw_batches).items():
+            figures[f"{name}_{key}"] = value
+    base = figures["lookup_submissions_per_s"]
+    for name in services:
+        if name != "lookup":
+            figures[f"{name}_over_lookup"] = figures[f"{name}_submissions_per_s"] / base
+    return figures
+
+
+def profile_passes(services: dict[str, RankingService], clock: Clock, raw_batches: Sequence[list[bytes]],
+                   folder: Path) -> None:
+    """One extra pass per variant under cProfile (not timed: the profiler slows Python code ~2x)."""
+    for name, service in services.items():
+        prof = cProfile.Profile()
+        prof.enable()
+        _pass(service, clock, raw_batches)
+        prof.disable()
+        prof.dump_stats(str(folder / f"predict-{name}.prof"))
+
+
+def bench_predict(
+    settings: Settings,
+    submissions: int = 5000,
+    warm: int = 20000,
+    batch: int = PREDICT_BATCH,
+    history_days: int = 6,
+    history_per_day: int = 1500,
+    trees: int | None = None,
+    no_redis: bool = True,
+    repeat: int = 3,
+    seed: int = 0,
+    profile_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Run the predict benchmark and return its JSON report.
+
+    Parameters
+    ----------
+    settings
+        Redis connection (the key prefix is replaced by a scratch one).
+    submissions
+        Submissions ranked per pass, in batches of ``batch``.
+    warm
+        Earlier attempts whose finishes are written to the store first.
+    history_days, history_per_day, trees
+        Simulated history for the LightGBM model, and an optional tree count override.
+    no_redis
+        Also run each variant on snapshots read beforehand.
+    repeat
+        Runs; the report holds medians.
+    profile_dir
+        Write a cProfile dump per variant there, from an extra untimed pass.
+    """
+    began = time.perf_counter()
+    catalogue = load_catalogue()
+    say(f"fitting LightGBM on a simulated history of {history_days} x {history_per_day} attempts")
+    model, model_info = fit_on_simulated_history(catalogue, history_days, history_per_day, seed, trees)
+    say(f"model fitted in {model_info['fit_s']} s; simulating {warm} + {submissions} attempts")
+    w: Workload = make_workload(warm, submissions, seed + 1)
+    prefix = scratch_prefix()
+    store = feature_store(settings, catalogue, prefix=prefix)
+    try:
+        seed_store(store, w)
+        snapshots = dict(zip((s.event_id for s in w.submissions), store.read(w.submissions), strict=True))
+        known = sum(1 for s in snapshots.values() if s.prior) / max(1, len(snapshots))
+        raw_batches = [[s.encode() for s in b] for b in batches(w.submissions, batch)]
+        parts = [build_rows(s, snapshots[s.event_id], s.candidates, catalogue) for s in w.submissions]
+        rows_all = concat_rows(parts)
+        clock = Clock()
+        models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm")}
+        services = _services(store, catalogue, clock, models, snapshots, no_redis)
+        freeze_heap()
+        runs = []
+        try:
+            for r in range(repeat):
+                figures = run_once(services, clock, raw_batches)
+                figures.update({f"lightgbm_{k}": v for k, v in _predict_cost(model, rows_all).items()})
+                figures.update({f"lookup_{k}": v for k, v in _predict_cost(models["lookup"].model, rows_all).items()})
+                runs.append(figures)
+                say(f"run {r + 1}/{repeat}: lookup {figures['lookup_submissions_per_s']:.0f}/s, "
+                    f"lightgbm {figures['lightgbm_submissions_per_s']:.0f}/s")
+            if profile_dir is not None:
+                say(f"profiling one more pass per variant into {profile_dir}")
+                profile_passes(services, clock, raw_batches, profile_dir)
+        finally:
+            unfreeze_heap()
+    finally:
+        store.delete_all()
+        store.client.close()
+    for f in runs:
+        f["lookup_no_redis_over_design_loop"] = f.get("lookup_no_redis_submissions_per_s", np.nan) / DESIGN_LOOP_PER_S
+        f["lightgbm_no_redis_rows_over_design_loop"] = (
+            f.get("lightgbm_no_redis_candidate_rows_per_s", np.nan) / (DESIGN_LOOP_PER_S * DESIGN_CANDIDATES))
+    params = {"submissions": len(w.submissions), "batch": batch, "warm_attempts": warm, "seed": seed,
+              "key_prefix": prefix,
+              "mean_candidates": round(w.mean_candidates, 2), "known_job_share": round(known, 3),
+              "variants": list(services), "model": model_info}
+    design = {"loop_submissions_per_s": DESIGN_LOOP_PER_S, "candidates": DESIGN_CANDIDATES,
+              "lightgbm_24_rows_us": 220, "lightgbm_bulk_us_per_row": 9, "model": "200 trees x 31 leaves, 1 thread"}
+    return report("predict", params, runs, extra={"design_9": design}, started=began)

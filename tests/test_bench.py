@@ -1,0 +1,69 @@
+"""Smoke test of ``bench``: every benchmark at a tiny size prints one JSON object of the agreed shape."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from bench.cli import app
+
+pytestmark = pytest.mark.integration
+
+TOP_KEYS = {"benchmark", "machine", "params", "repeat", "median", "spread", "wall_s"}
+
+
+def run_json(*args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    # stdout is exactly one JSON object (progress lines go to stderr)
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stdout
+    out: dict[str, Any] = json.loads(lines[0])
+    assert out.keys() >= TOP_KEYS
+    assert out["machine"]["cpu_count"] >= 1 and out["machine"]["python"]
+    assert set(out["spread"]) == set(out["median"])
+    return out
+
+
+def no_scratch_keys_left(rds: redis.Redis, out: dict[str, Any]) -> None:
+    pattern = out["params"]["key_prefix"] + "*"
+    assert not list(rds.scan_iter(match=pattern, count=1000)), "a benchmark left scratch keys behind"
+
+
+def test_features(rds: redis.Redis) -> None:
+    out = run_json("features", "--events", "300", "--reads", "256", "--read-rounds", "1", "--repeat", "2")
+    assert out["benchmark"] == "features" and out["repeat"] == 2
+    med = out["median"]
+    for key in ("write_finishes_events_per_s", "read_entities_per_s", "read_batch_p50_ms", "read_batch_p99_ms"):
+        assert med[key] > 0, key
+    no_scratch_keys_left(rds, out)
+
+
+def test_predict(rds: redis.Redis) -> None:
+    out = run_json("predict", "--submissions", "60", "--warm", "200", "--batch", "25", "--history-days", "2",
+                   "--history-per-day", "150", "--trees", "3", "--no-no-redis", "--repeat", "1")
+    med = out["median"]
+    assert out["params"]["variants"] == ["lookup", "lightgbm"]
+    assert out["params"]["mean_candidates"] > 1
+    for variant in ("lookup", "lightgbm"):
+        assert med[f"{variant}_submissions_per_s"] > 0
+        assert med[f"{variant}_batch_p99_ms"] >= med[f"{variant}_batch_p50_ms"]
+        for stage in ("decode", "read", "rows", "predict", "other", "encode"):
+            assert f"{variant}_{stage}_us_per_submission" in med
+    assert med["lookup_fallback_share"] == 1.0  # the fallback always says so
+    assert med["lightgbm_over_lookup"] > 0
+    no_scratch_keys_left(rds, out)
+
+
+def test_e2e(topics: dict[str, str], rds: redis.Redis) -> None:
+    out = run_json("e2e", "--rate", "50", "--duration", "1", "--drain", "5", "--warm", "100", "--repeat", "1")
+    med = out["median"]
+    assert med["published"] > 0
+    assert med["received"] == med["published"], "every submission gets a ranking"
+    assert med["latency_p50_ms"] > 0 and med["latency_p99_ms"] >= med["latency_p50_ms"]
+    assert out["consumer_group_members"] >= 1
+    no_scratch_keys_left(rds, out)
