@@ -125,13 +125,21 @@ class FeatureStore:
         """Feature snapshots of a batch of submissions, in one pipelined round trip."""
         if not submissions:
             return []
+        # A batch shares model types and families: fetch and parse each aggregate once.
+        models = list(dict.fromkeys(s.model_type for s in submissions))
+        families = list(dict.fromkeys(s.family for s in submissions))
         pipe = self.client.pipeline(transaction=False)
         for sub in submissions:
             pipe.hgetall(self.layout.job(sub.job_key))
-            pipe.hgetall(self.layout.lookup_model(sub.model_type))
-            pipe.hgetall(self.layout.lookup_family(sub.family))
+        for model in models:
+            pipe.hgetall(self.layout.lookup_model(model))
+        for family in families:
+            pipe.hgetall(self.layout.lookup_family(family))
         raw = pipe.execute()
-        return [parse_snapshot(raw[i], raw[i + 1], raw[i + 2]) for i in range(0, len(raw), 3)]
+        n, m = len(submissions), len(models)
+        by_model = {name: _parse_lookup(raw[n + i]) for i, name in enumerate(models)}
+        by_family = {name: _parse_lookup(raw[n + m + i]) for i, name in enumerate(families)}
+        return [parse_snapshot(raw[i], by_model[s.model_type], by_family[s.family]) for i, s in enumerate(submissions)]
 
     def delete_all(self) -> int:
         """Delete every key under this layout's prefix (replays into a scratch prefix use it)."""
@@ -152,9 +160,9 @@ def _text(value: bytes | str) -> str:
 
 
 def parse_snapshot(
-    job: dict[bytes, bytes], model: dict[bytes, bytes], family: dict[bytes, bytes]
+    job: dict[bytes, bytes], model: dict[str, LookupStat], family: dict[str, LookupStat]
 ) -> FeatureSnapshot:
-    """Turn the three hashes of one submission into a snapshot."""
+    """A snapshot from a job's hash and its (already parsed, shared) lookup aggregates."""
     prior: dict[str, PriorStat] = {}
     counters: dict[str, int] = {}
     for raw_field, raw_value in job.items():
@@ -167,8 +175,8 @@ def parse_snapshot(
         prior[name] = PriorStat(int(n), float(last_time), float(last), float(robust))
     return FeatureSnapshot(
         prior=prior,
-        lookup_model=_parse_lookup(model),
-        lookup_family=_parse_lookup(family),
+        lookup_model=model,
+        lookup_family=family,
         starts=counters.get("_starts", 0),
         completed=counters.get("_completed", 0),
         failed=counters.get("_failed", 0),

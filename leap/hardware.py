@@ -172,6 +172,7 @@ class Catalogue:
     prices_path: Path | None = None
     _base: dict[str, HardwareType] = field(default_factory=dict, repr=False)
     _index: dict[str, str] = field(default_factory=dict, repr=False)
+    _resolved: dict[str, str | None] = field(default_factory=dict, repr=False)
     _prices_mtime: float | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -266,6 +267,11 @@ class Catalogue:
         HardwareType or None
             None when nothing matches.
         """
+        # Names repeat on the hot path (every candidate of every submission): memoise the
+        # canonical name; prices may change on reload, so look the type up fresh each time.
+        canonical = self._resolved.get(name, "")
+        if canonical != "":
+            return self.types[canonical] if canonical is not None else None
         key = normalise(name)
         canonical = self._index.get(key)
         if canonical is None:
@@ -278,6 +284,8 @@ class Catalogue:
                         stripped = stripped[len(word):]
                         changed = True
             canonical = self._index.get(stripped)
+        if len(self._resolved) < 10_000:  # bounded: names come from outside
+            self._resolved[name] = canonical
         return self.types[canonical] if canonical is not None else None
 
     def names(self) -> list[str]:

@@ -131,7 +131,8 @@ class LightGBMThroughput(ThroughputModel):
         for j, col in enumerate(features):
             if col in CATEGORICAL:
                 codes = self.vocab_[col]
-                out[:, j] = [codes.get(v, np.nan) for v in rows[col]]
+                values, inverse = np.unique(rows[col].astype(str), return_inverse=True)
+                out[:, j] = np.array([codes.get(v, np.nan) for v in values], dtype=np.float64)[inverse]
             else:
                 out[:, j] = rows[col]
         return out
@@ -219,8 +220,8 @@ class LightGBMThroughput(ThroughputModel):
                 self._matrix(fit_rows, self.base_features_), label=np.log(fit_y), feature_name=self.base_features_,
                 categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
             )
-            base_params = self._params(max(50, self.min_child_samples), leaves=4 * self.num_leaves)
-            self.base_ = lgb.train(base_params, base_data, num_boost_round=2 * self.n_estimators)
+            base_params = self._params(max(50, self.min_child_samples), leaves=2 * self.num_leaves)
+            self.base_ = lgb.train(base_params, base_data, num_boost_round=self.n_estimators)
             if groups is not None:
                 target = np.log(fit_y) - job_effects(
                     np.log(fit_y) - self.base_.predict(self._matrix(fit_rows, self.base_features_)),
@@ -230,7 +231,7 @@ class LightGBMThroughput(ThroughputModel):
                     self._matrix(fit_rows, self.base_features_), label=target, feature_name=self.base_features_,
                     categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
                 )
-                self.base_ = lgb.train(base_params, base_data, num_boost_round=2 * self.n_estimators)
+                self.base_ = lgb.train(base_params, base_data, num_boost_round=self.n_estimators)
 
         self.features_ = [c for g in self.feature_groups for c in GROUPS[g]]
         if self._uses_base():
