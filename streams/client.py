@@ -7,6 +7,7 @@ missed and no group offsets of anyone else are touched.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from leap.settings import Settings
-from streams.events import JobFinish, JobStart, Ranking, Submission
+from streams.events import EventError, JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
 
 _PRODUCER: dict[str, str | int | float | bool] = {
@@ -26,6 +27,9 @@ _CONSUMER: dict[str, str | int | float | bool] = {
     "enable.auto.offset.store": False,
     "fetch.wait.max.ms": 10,
 }
+
+
+log = logging.getLogger("leap.client")
 
 
 class DeliveryError(RuntimeError):
@@ -46,6 +50,7 @@ class SchedulerClient:
     def __init__(self, settings: Settings, follow_rankings: bool = True) -> None:
         self.settings = settings
         self._errors: list[str] = []
+        self.bad_rankings = 0
         self.producer = Producer(
             settings.confluent_config(**_PRODUCER)
         )
@@ -107,7 +112,15 @@ class SchedulerClient:
             for msg in self.consumer.consume(num_messages=500, timeout=min(left, 0.05)):
                 if msg.error():
                     continue
-                yield Ranking.decode(msg.value()), time.time()
+                try:
+                    ranking = Ranking.decode(msg.value())
+                except EventError as exc:
+                    # Not ours to fix, and never a reason to stop placing jobs: count and skip.
+                    self.bad_rankings += 1
+                    log.warning("skipping a malformed ranking at %s[%d]@%d: %s",
+                                msg.topic(), msg.partition(), msg.offset(), exc)
+                    continue
+                yield ranking, time.time()
 
     def wait_for(self, attempt_ids: Iterable[str], timeout: float = 30.0) -> dict[str, tuple[Ranking, float]]:
         """Collect the rankings of the given attempts (or as many as arrive before ``timeout``)."""
