@@ -14,11 +14,7 @@ it includes both Kafka hops and the client's own batching (``linger.ms``, ``fetc
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,43 +29,13 @@ from confluent_kafka.admin import AdminClient
 from bench.common import Figures, percentiles_ms, report, say, scratch_prefix
 from bench.workload import make_workload, seed_store
 from leap.hardware import load_catalogue
+from leap.processes import WorkerProcess
 from leap.runtime import feature_store
 from leap.settings import Settings
 from streams.client import SchedulerClient
 from streams.events import Submission
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class Worker:
-    """``leap worker ROLE`` as a child process with its own key prefix and home; SIGTERM stops it."""
-
-    def __init__(self, settings: Settings, role: str, prefix: str, home: Path) -> None:
-        env = dict(os.environ)
-        env.update(LEAP_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, LEAP_REDIS_URL=settings.redis_url,
-                   LEAP_HOME=str(home), LEAP_KEY_PREFIX=prefix)
-        self.log_path = home / "worker.log"
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leap.cli", "worker", role, "--metrics-port", "0"],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-        )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self, n: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
 
 
 @dataclass
@@ -107,18 +73,18 @@ def tagged(sub: Submission, tag: str) -> Submission:
     return replace(sub, attempt_id=f"{sub.attempt_id}-{tag}", event_id=f"{sub.event_id}-{tag}")
 
 
-def wait_until_ranking(client: SchedulerClient, worker: Worker, probe: Submission, timeout: float) -> float:
+def wait_until_ranking(client: SchedulerClient, worker: WorkerProcess, probe: Submission, timeout: float) -> float:
     """Publish canaries until the worker answers one; returns seconds waited."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if not worker.alive():
-            raise RuntimeError(f"worker exited early:\n{worker.tail()}")
+            raise RuntimeError(f"worker exited early:\n{worker.log_tail()}")
         canary = tagged(probe, f"canary-{uuid.uuid4().hex[:8]}")
         client.publish(canary)
         client.flush()
         if client.wait_for([canary.attempt_id], timeout=5):
             return time.monotonic() - t0
-    raise RuntimeError(f"worker gave no ranking within {timeout:.0f} s:\n{worker.tail()}")
+    raise RuntimeError(f"worker gave no ranking within {timeout:.0f} s:\n{worker.log_tail()}")
 
 
 def group_members(settings: Settings, group: str) -> int:
@@ -212,10 +178,10 @@ def bench_e2e(
     say(f"simulating {warm} attempts of history into Redis prefix {prefix}")
     w = make_workload(warm, 2000, seed)
     store = feature_store(settings, load_catalogue(), prefix=prefix)
-    worker: Worker | None = None
+    worker: WorkerProcess | None = None
     try:
         seed_store(store, w)
-        worker = Worker(settings, role, prefix, home)
+        worker = WorkerProcess(replace(settings, home=home, key_prefix=prefix), role, home / "worker.log")
         with SchedulerClient(settings) as client:
             ready_s = wait_until_ranking(client, worker, w.submissions[0], startup_timeout)
             members = group_members(settings, f"leap-{role}")

@@ -14,6 +14,7 @@ import orjson
 import typer
 from rich.console import Console
 
+from bench.cli import app as bench_app
 from dashboard.cli import dashboard_cmd
 from fleet import cli as fleet_cli
 from leap import services
@@ -39,6 +40,7 @@ app.command("train")(predictor_cli.train_cmd)
 app.add_typer(predictor_cli.models_app, name="models")
 app.command("backtest")(predictor_cli.backtest_cmd)
 app.command("drivers")(predictor_cli.drivers_cmd)
+app.add_typer(bench_app, name="bench", help="Benchmarks that print JSON figures.")
 topics_app = typer.Typer(help="Kafka topics owned by LEAP.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 

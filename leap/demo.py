@@ -7,10 +7,6 @@ summary in the terminal and, optionally, as JSON.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -25,12 +21,12 @@ from fleet.engine import Fleet
 from fleet.scheduler import SchedulerSimulator
 from leap import services
 from leap.hardware import load_catalogue
+from leap.processes import WorkerProcess
 from leap.settings import Settings
 from streams.client import SchedulerClient
 from streams.topics import DEAD_LETTER, create_topics
 
 console = Console(stderr=True)
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def dead_letter_count(settings: Settings) -> int:
@@ -43,38 +39,18 @@ def dead_letter_count(settings: Settings) -> int:
         consumer.close()
 
 
-def start_workers(settings: Settings, log_dir: Path) -> list[subprocess.Popen[bytes]]:
-    log_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, LEAP_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, LEAP_REDIS_URL=settings.redis_url,
-               LEAP_HOME=str(settings.home), LEAP_KEY_PREFIX=settings.key_prefix)
-    procs = []
-    for role in ("features", "predictor"):
-        log = (log_dir / f"worker-{role}.log").open("ab")
-        procs.append(subprocess.Popen([sys.executable, "-m", "leap.cli", "worker", role], cwd=ROOT, env=env,
-                                      stdout=log, stderr=subprocess.STDOUT))
-    return procs
+def start_workers(settings: Settings, log_dir: Path) -> list[WorkerProcess]:
+    return [WorkerProcess(settings, role, log_dir / f"worker-{role}.log", metrics_port=port)
+            for role, port in (("features", 9101), ("predictor", 9102))]
 
 
-def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
-def wait_ready(
-    client: SchedulerClient, fleet: Fleet, procs: list[subprocess.Popen[bytes]], timeout: float = 120
-) -> None:
+def wait_ready(client: SchedulerClient, fleet: Fleet, procs: list[WorkerProcess], timeout: float = 120) -> None:
     """Until the predictor answers: a canary submission from the fleet, re-sent every few seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for p in procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"a worker exited with code {p.returncode}; see its log under .leap/logs")
+            if not p.alive():
+                raise RuntimeError(f"a worker exited; its log ends:\n{p.log_tail()}")
         canary = fleet.sample_attempts(1)[0].submission
         client.publish(canary)
         client.flush()
@@ -179,7 +155,8 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
                 summary = sim.run(duration, log_line)
             time.sleep(1.0)  # let the workers dead-letter anything still in flight before counting
     finally:
-        stop_workers(procs)
+        for p in procs:
+            p.stop()
     summary["dead_letters"] = dead_letter_count(settings) - dead_before
     summary["duration_s"] = duration
     summary["rate"] = rate

@@ -4,9 +4,6 @@ starts (or, with ``LEAP_USE_TESTCONTAINERS=1`` and a Docker engine, on testconta
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,10 +15,9 @@ import pytest
 import redis
 
 from leap import services
+from leap.processes import WorkerProcess
 from leap.runtime import redis_client
 from leap.settings import Settings
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _testcontainers_settings() -> Iterator[Settings] | None:
@@ -75,40 +71,6 @@ def run_id() -> str:
     return uuid.uuid4().hex[:10]
 
 
-def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(LEAP_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, LEAP_REDIS_URL=settings.redis_url,
-               LEAP_HOME=str(settings.home), LEAP_KEY_PREFIX=settings.key_prefix)
-    env.update(extra)
-    return env
-
-
-class WorkerProcess:
-    """``leap worker ROLE`` as a child process, stopped with SIGTERM like in production."""
-
-    def __init__(self, settings: Settings, role: str, log_path: Path, **env: str) -> None:
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leap.cli", "worker", role, "--metrics-port", "0"],
-            cwd=ROOT, env=worker_env(settings, **env), stdout=self._log, stderr=subprocess.STDOUT,
-        )
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-        return self.proc.returncode
-
-    def log_tail(self, n: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-
-
 def wait_until_ranking(settings: Settings, proc: WorkerProcess, timeout: float = 90) -> None:
     """Block until the predictor answers a canary submission."""
     from streams.client import SchedulerClient
@@ -117,7 +79,7 @@ def wait_until_ranking(settings: Settings, proc: WorkerProcess, timeout: float =
     deadline = time.monotonic() + timeout
     with SchedulerClient(settings) as client:
         while time.monotonic() < deadline:
-            if proc.proc.poll() is not None:
+            if not proc.alive():
                 raise RuntimeError(f"worker exited early:\n{proc.log_tail()}")
             canary = submission(f"canary-{uuid.uuid4().hex[:8]}", 0)
             client.publish(canary)
