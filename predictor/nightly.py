@@ -166,6 +166,7 @@ def serve(settings: Settings, config: NightlyConfig, stop: threading.Event | Non
     A failed night (no data, an unreadable archive) is logged and the schedule goes on; the
     current model stays.
     """
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s")
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

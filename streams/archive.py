@@ -13,7 +13,7 @@ Each event is filed under the UTC day of its ``event_time``. Parquet files are i
 every flush adds new part files; a part file appears whole or not at all (written under a
 hidden name, synced, then linked into place). Offsets are committed only after the batch's
 files are in place: delivery is at-least-once, and a crash between the write and the commit
-stores some events twice. Readers drop repeated ``event_id`` s (:func:`drop_duplicate_events`).
+stores some events twice. Readers must drop repeated ``event_id`` s (:func:`drop_duplicate_events`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ TABLES: dict[str, tuple[str, type[Event]]] = {
 }
 #: Back-off while the archive folder cannot be written: the batch waits, it is never skipped.
 RETRY_DELAYS_S = (1.0, 2.0, 5.0, 10.0, 30.0)
-#: Exit code when shutdown interrupts a failing write (the batch must not be committed).
+#: How often buffers are checked for age (and for a stopping consumer).
+FLUSH_TICK_S = 0.5
+#: Exit code when a batch cannot be archived (it must not be committed; it is read again on restart).
 EXIT_UNWRITTEN = 75
 
 ARCHIVED = Counter("leap_archive_events_total", "Events written to the archive", ["table"])
@@ -166,9 +168,11 @@ class ArchiveWriter:
             by_day.setdefault(day_of(ev.event_time), []).append(ev)  # type: ignore[attr-defined]
         paths = []
         for day, evs in sorted(by_day.items()):
-            paths.append(self._write_part(self.root / table_name / f"day={day}", to_table(cls, evs)))
-            ARCHIVED.labels(table_name).inc(len(evs))
-            FILES.labels(table_name).inc()
+            table = _writable(cls, evs)
+            if table.num_rows:
+                paths.append(self._write_part(self.root / table_name / f"day={day}", table))
+                ARCHIVED.labels(table_name).inc(table.num_rows)
+                FILES.labels(table_name).inc()
         return paths
 
     def _write_part(self, folder: Path, table: pa.Table) -> Path:
@@ -193,6 +197,27 @@ class ArchiveWriter:
             tmp.unlink(missing_ok=True)
         _fsync_dir(folder)
         return final
+
+
+_UNWRITABLE = (OverflowError, TypeError, ValueError, pa.ArrowException)
+
+
+def _writable(cls: type[Event], events: Sequence[Event]) -> pa.Table:
+    """The table of a batch, without the rare event the contract accepts but Parquet cannot hold
+    (an integer beyond int64): such an event is skipped and counted, not allowed to block the topic."""
+    try:
+        return to_table(cls, events)
+    except _UNWRITABLE:
+        keep = []
+        for ev in events:
+            try:
+                to_table(cls, [ev])
+                keep.append(ev)
+            except _UNWRITABLE as exc:
+                topic = next(t for t, (_, c) in TABLES.items() if c is cls)
+                SKIPPED.labels(topic, "unwritable").inc()
+                log.error("not archived, %s %s: %s", cls.NAME, ev.event_id, exc)  # type: ignore[attr-defined]
+        return to_table(cls, keep)
 
 
 def _table_of(cls: type[Event]) -> str:
@@ -220,12 +245,11 @@ def decode_valid(cls: type[Event], topic: str, raws: Iterable[bytes | None]) -> 
 async def write_with_retry(writer: ArchiveWriter, cls: type[Event], events: Sequence[Event]) -> None:
     """Write a batch, waiting out failures (full disk, unmounted volume) instead of dropping it.
 
-    Faust acks a ``take_events`` batch as soon as the agent leaves it, even by an exception or
-    a cancellation, and acked offsets are committed. So a batch that cannot be written is never
-    given up: it is retried, and if shutdown interrupts the retries the process exits at once,
-    before anything is committed; the batch is read again on restart.
+    The batch's offsets stay uncommitted meanwhile. If shutdown interrupts the retries, the
+    process exits at once: a normal stop would commit what the consumer holds, and the batch is
+    read again on restart instead.
     """
-    for delay in (*RETRY_DELAYS_S, *itertools.repeat(RETRY_DELAYS_S[-1])):
+    for delay in itertools.chain(RETRY_DELAYS_S, itertools.repeat(RETRY_DELAYS_S[-1])):
         try:
             writer.write(cls, events)  # synchronous: no cancellation point inside a write
             return
@@ -241,24 +265,84 @@ async def write_with_retry(writer: ArchiveWriter, cls: type[Event], events: Sequ
             os._exit(EXIT_UNWRITTEN)
 
 
+class TopicBuffer:
+    """One topic's events since the last flush; their offsets are acked only once written.
+
+    Faust's ``take_events`` acks a batch as soon as the agent moves on, and its timer cannot be
+    cut short, so a worker stopping or losing partitions would wait a whole flush interval for
+    it. Here the agent only appends (with acks off) and a flush, by size, age, or because the
+    consumer stopped its flow for a shutdown or rebalance, writes and then acks.
+    """
+
+    def __init__(self, writer: ArchiveWriter, topic: str, cls: type[Event], config: ArchiveConfig) -> None:
+        self.writer, self.topic, self.cls, self.config = writer, topic, cls, config
+        self.pending: list[Any] = []  # faust events
+        self.since = 0.0
+        self.stream: Any = None
+        self._lock = asyncio.Lock()
+
+    def add(self, event: Any) -> None:
+        if not self.pending:
+            self.since = time.monotonic()
+        self.pending.append(event)
+
+    def due(self, now: float, stopping: bool) -> bool:
+        return bool(self.pending) and (
+            stopping or len(self.pending) >= self.config.flush_events or now - self.since >= self.config.flush_seconds
+        )
+
+    async def flush(self) -> None:
+        async with self._lock:  # size- and timer-triggered flushes never interleave
+            events, self.pending = self.pending, []
+            if not events:
+                return
+            try:
+                good = decode_valid(self.cls, self.topic, (e.message.value for e in events))
+                if good:
+                    await write_with_retry(self.writer, self.cls, good)
+            except Exception:
+                # Events that are never acked hold back every later commit and make a stop wait
+                # forever; exiting is the honest alternative (the batch is read again on restart).
+                log.critical("archiving %d %s event(s) failed; exiting", len(events), self.cls.NAME, exc_info=True)
+                logging.shutdown()
+                os._exit(EXIT_UNWRITTEN)
+            for event in events:
+                await self.stream.ack(event)
+
+
 def attach_archiver_agents(app: faust.App, topics: dict[str, faust.TopicT], config: ArchiveConfig) -> ArchiveWriter:
-    """One agent per archived topic; each flush writes that topic's buffered events."""
+    """One agent per archived topic, and a task that flushes buffers that are old enough."""
     from streams import metrics
 
     writer = ArchiveWriter(config.root)
+    buffers = [TopicBuffer(writer, topic, cls, config) for topic, (_, cls) in TABLES.items()]
 
-    def make(topic: str, cls: type[Event]) -> None:
+    def make(buf: TopicBuffer) -> None:
         async def archive(stream: Any) -> None:
-            async for batch in stream.take_events(config.flush_events, config.flush_seconds):
-                metrics.EVENTS_IN.labels(topic).inc(len(batch))
-                metrics.BATCH_SIZE.labels(topic).observe(len(batch))
-                good = decode_valid(cls, topic, (e.message.value for e in batch))
-                if good:
-                    await write_with_retry(writer, cls, good)
-                # Leaving the loop body acks the batch: only now may its offsets be committed.
+            stream.enable_acks = False  # TopicBuffer.flush acks after the write
+            buf.stream = stream
+            async for event in stream.events():
+                metrics.EVENTS_IN.labels(buf.topic).inc()
+                buf.add(event)
+                if len(buf.pending) >= config.flush_events:
+                    await buf.flush()
 
-        app.agent(topics[topic], name=f"leap.archive.{_table_of(cls)}")(archive)
+        name = _table_of(buf.cls)
+        archive.__qualname__ = archive.__name__ = f"archive_{name}"  # names the agent in logs
+        app.agent(topics[buf.topic], name=f"leap.archive.{name}")(archive)
 
-    for topic, (_, cls) in TABLES.items():
-        make(topic, cls)
+    for buf in buffers:
+        make(buf)
+
+    @app.task
+    async def flush_due() -> None:
+        # Not app.timer: timers end as soon as the app starts stopping, but the consumer then
+        # waits for every buffered event to be acked, and only a flush acks them.
+        while True:
+            await asyncio.sleep(min(FLUSH_TICK_S, config.flush_seconds))
+            stopping = not app.consumer.flow_active  # type: ignore[attr-defined]  # shutdown or rebalance
+            for buf in buffers:
+                if buf.due(time.monotonic(), stopping):
+                    await buf.flush()
+
     return writer
