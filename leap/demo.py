@@ -66,6 +66,7 @@ def ensure_model(settings: Settings, model: str) -> str:
     """Make ``model`` current: ``auto`` keeps a promoted LightGBM model or trains one on a
     simulated history; ``lookup`` switches to the baseline; anything else is a registered version."""
     from fleet.history import simulate, write_history
+    from predictor.nightly import promote_and_announce
     from predictor.registry import Registry
     from predictor.reload import announce
     from predictor.training import parse_day, train
@@ -73,16 +74,10 @@ def ensure_model(settings: Settings, model: str) -> str:
     registry = Registry(settings.registry_dir)
     current = registry.current()
     if model == "auto" and current is not None and current not in ("lookup", "transfer"):
-        announce(settings, registry.record(current))
+        announce(settings, registry.record(current))  # predictors may have followed something else
         return current
-    if model in ("lookup", "transfer"):
-        registry.set_current(model, "demo")
-        announce(settings, None, model)
-        return model
     if model != "auto":
-        record = registry.record(model)
-        registry.set_current(model, "demo")
-        announce(settings, record)
+        promote_and_announce(registry, model, "demo", settings)
         return model
     folder = settings.home / "demo-history"
     if not (folder / "finishes").is_dir():
@@ -93,8 +88,7 @@ def ensure_model(settings: Settings, model: str) -> str:
         console.print(f"simulated {len(h)} attempts of history in {time.monotonic() - t0:.1f}s")
     t0 = time.monotonic()
     record, report = train(folder, registry, window_days=30)
-    registry.set_current(record.version, "demo: first model")
-    announce(settings, record)
+    promote_and_announce(registry, record.version, "demo: first model", settings)
     acc = report["metrics"]
     console.print(f"trained {record.version} in {time.monotonic() - t0:.1f}s; holdout acc@10 "
                   f"lightgbm {acc['lightgbm']['acc@10']:.3f}, transfer {acc['transfer']['acc@10']:.3f}, "

@@ -81,11 +81,9 @@ def _print_metrics(metrics: dict[str, dict[str, float]], title: str) -> None:
 
 
 def _promote(reg: Registry, version: str, reason: str) -> None:
-    from predictor.reload import announce
+    from predictor.nightly import promote_and_announce
 
-    record = None if version in ("lookup", "transfer") else reg.record(version)
-    reg.set_current(version, reason)
-    announce(Settings.from_env(), record, version)
+    promote_and_announce(reg, version, reason, Settings.from_env())
     console.print(f"promoted and announced [bold]{version}[/]")
 
 

@@ -23,6 +23,7 @@ from features.offline import OfflineFeatureState
 from features.rows import Rows, build_rows, row_dicts, to_columns
 from leap.hardware import Catalogue
 from leap.runtime import canonicalizer
+from streams.archive import drop_duplicate_events
 from streams.events import JobFinish, JobStart, Submission
 
 DAY = 86400.0
@@ -52,7 +53,8 @@ class History:
 
 def _read(folder: Path) -> pa.Table:
     table = ds.dataset(folder, format="parquet", partitioning="hive").to_table()
-    return table.drop_columns([c for c in ("day",) if c in table.column_names])
+    # The live archive is at-least-once: an event replayed after a crash is stored twice.
+    return drop_duplicate_events(table.drop_columns([c for c in ("day",) if c in table.column_names]))
 
 
 def read_history(folder: Path, with_oracle: bool = True) -> History:
