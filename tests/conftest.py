@@ -104,10 +104,10 @@ def worker(
 
 @pytest.fixture(scope="session")
 def small_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Ten simulated days of 600 attempts, written as the archive format."""
+    """Ten simulated days of 1,500 attempts, written as the archive format."""
     from fleet.history import simulate, write_history
     from predictor.training import parse_day
 
     out = tmp_path_factory.mktemp("history")
-    write_history(simulate(seed=4, days=10, attempts_per_day=600, start=parse_day("2025-03-01")), out)
+    write_history(simulate(seed=4, days=10, attempts_per_day=1500, start=parse_day("2025-03-01")), out)
     return out

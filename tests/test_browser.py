@@ -19,9 +19,9 @@ from dashboard.app import create_app
 from dashboard.follower import Follower
 from dashboard.server import BackgroundServer
 from fleet.engine import Attempt, Fleet
+from leap.processes import ROOT, WorkerProcess
 from leap.settings import Settings
 from streams.client import SchedulerClient
-from tests.conftest import ROOT, WorkerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.e2e]
 

@@ -27,12 +27,12 @@ from dashboard.follower import Follower
 from dashboard.ingest_bench import measure
 from dashboard.rolling import OTHER, PerSecond
 from dashboard.server import BackgroundServer, free_port
+from leap.processes import ROOT
 from leap.settings import Settings
 from predictor.metrics import summary as metric_summary
 from streams.client import SchedulerClient
 from streams.events import SCHEMA_VERSION, JobFinish, Ranking
 from streams.topics import JOB_FINISHES, RANKINGS, Topic, create_topics
-from tests.conftest import ROOT
 from tests.factories import T0, finish_dict, submission
 
 NOW = T0 + 10_000

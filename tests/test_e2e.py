@@ -21,11 +21,11 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 
 from features.keys import JOB_WINDOW, LOOKUP_WINDOW, KeyLayout
+from leap.processes import WorkerProcess
 from leap.settings import Settings
 from streams.client import SchedulerClient
 from streams.events import MAX_EVENT_BYTES, DeadLetter, Ranking
 from streams.topics import DEAD_LETTER, JOB_FINISHES, SUBMISSIONS
-from tests.conftest import WorkerProcess
 from tests.factories import T0, finish_dict, submission_dict
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]

@@ -15,7 +15,7 @@ from predictor.models import LookupTable, PriorTransfer
 from predictor.registry import Registry, RegistryError
 from predictor.training import fit_model, split
 
-SMALL = {"n_estimators": 80, "num_leaves": 31}
+SMALL = {"n_estimators": 150, "num_leaves": 31}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_beats_both_baselines_on_the_holdout(trained: tuple[LightGBMThroughput, 
     model, holdout = trained
     ours = summary(model.predict(holdout.rows), holdout.y)["acc@10"]
     assert ours > summary(LookupTable().predict(holdout.rows), holdout.y)["acc@10"] + 0.1
-    assert ours > summary(PriorTransfer().predict(holdout.rows), holdout.y)["acc@10"]
+    assert ours > summary(PriorTransfer().predict(holdout.rows), holdout.y)["acc@10"] + 0.01
 
 
 def test_training_is_deterministic(examples: Examples, trained: tuple[LightGBMThroughput, Examples]) -> None:

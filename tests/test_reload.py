@@ -11,6 +11,7 @@ import pytest
 
 from fleet.engine import Fleet
 from leap.hardware import load_catalogue
+from leap.processes import WorkerProcess
 from leap.settings import Settings
 from predictor.dataset import build_examples, read_history
 from predictor.registry import Registry
@@ -18,7 +19,6 @@ from predictor.reload import announce
 from predictor.training import fit_model, split
 from streams.client import SchedulerClient
 from streams.events import Ranking
-from tests.conftest import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 

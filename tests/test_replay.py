@@ -18,13 +18,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner, Result
 
 from features.keys import KeyLayout
+from leap.processes import WorkerProcess
 from leap.settings import Settings
 from streams.client import SchedulerClient
 from streams.events import Ranking
 from streams.replay import app
 from streams.replay.timespec import parse_bound
 from streams.topics import JOB_FINISHES, JOB_STARTS
-from tests.conftest import WorkerProcess
 from tests.factories import CANDIDATES, T0, finish_dict, start, submission
 
 pytestmark = pytest.mark.integration

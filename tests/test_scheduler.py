@@ -12,9 +12,9 @@ import pytest
 from fleet.engine import Fleet
 from fleet.scheduler import Placement, SchedulerSimulator, cost_per_sample, summarize
 from leap.hardware import load_catalogue
+from leap.processes import WorkerProcess
 from leap.settings import Settings
 from streams.client import SchedulerClient
-from tests.conftest import WorkerProcess
 
 CAT = load_catalogue()
 

@@ -1,0 +1,65 @@
+"""Drivers report on a tiny simulated history: shape, finite numbers, the prior group matters."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.history import simulate, write_history
+from leap.hardware import load_catalogue
+from predictor.dataset import build_examples, read_history
+from predictor.drivers import VARIANTS, drivers, plot_drivers
+
+KEYS = ("no_prior", "small", "weekly", "window_60", "lookup", "transfer")
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("hist")
+    write_history(simulate(seed=5, days=8, attempts_per_day=400), folder)
+    history = read_history(folder, with_oracle=False)
+    ex = build_examples(history, load_catalogue())
+    return drivers(folder, days=2, examples=(history, ex), variants=KEYS, jobs=1)
+
+
+def test_shape_and_finite(result: dict[str, Any]) -> None:
+    assert result["days"] == 2
+    assert [r["key"] for r in result["variants"]] == ["default", *(v.key for v in VARIANTS if v.key in KEYS)]
+    for row in result["variants"]:
+        assert {"name", "group", "acc@10", "delta", "delta_sd", "per_day"} <= set(row)
+        assert len(row["per_day"]) == 2
+        assert all(math.isfinite(row[k]) for k in ("acc@10", "delta", "delta_sd"))
+        assert 0.0 <= row["acc@10"] <= 1.0
+    default = result["variants"][0]
+    assert default["delta"] == 0.0 and default["acc@10"] == pytest.approx(result["baseline_acc@10"])
+
+
+def test_weekly_equals_nightly_on_the_first_day(result: dict[str, Any]) -> None:
+    rows = {r["key"]: r for r in result["variants"]}
+    assert rows["weekly"]["per_day"][0]["delta"] == 0.0
+
+
+def test_window_beyond_history_is_labelled(result: dict[str, Any]) -> None:
+    rows = {r["key"]: r for r in result["variants"]}
+    assert "all available" in rows["window_60"]["name"]
+
+
+def test_prior_throughput_drives_accuracy(result: dict[str, Any]) -> None:
+    # The simulator's jobs differ from their model type's median by a persistent job factor,
+    # which only the job's own prior throughput reveals.
+    rows = {r["key"]: r for r in result["variants"]}
+    assert rows["no_prior"]["delta"] < -0.05
+    assert all(d["delta"] < 0 for d in rows["no_prior"]["per_day"])
+
+
+def test_plot(result: dict[str, Any], tmp_path: Path) -> None:
+    (path,) = plot_drivers(result, tmp_path)
+    assert path.stat().st_size > 1000
+
+
+def test_unknown_variant(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown variants"):
+        drivers(tmp_path, variants=["bogus"])
