@@ -24,7 +24,7 @@ from leap.hardware import load_catalogue
 from leap.processes import WorkerProcess
 from leap.settings import Settings
 from streams.client import SchedulerClient
-from streams.topics import DEAD_LETTER, create_topics
+from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS, create_topics
 
 console = Console(stderr=True)
 
@@ -35,6 +35,24 @@ def dead_letter_count(settings: Settings) -> int:
     try:
         parts = consumer.list_topics(DEAD_LETTER.name, timeout=10).topics[DEAD_LETTER.name].partitions
         return sum(consumer.get_watermark_offsets(TopicPartition(DEAD_LETTER.name, p), timeout=10)[1] for p in parts)
+    finally:
+        consumer.close()
+
+
+def wait_caught_up(settings: Settings, group: str, topics: tuple[str, ...], timeout: float = 60.0) -> int:
+    """Wait until ``group`` has committed up to the end of ``topics``; returns the remaining lag."""
+    consumer = Consumer(settings.confluent_config(**{"group.id": group, "enable.auto.commit": False}))
+    try:
+        parts = [TopicPartition(t, p) for t in topics
+                 for p in consumer.list_topics(t, timeout=10).topics[t].partitions]
+        ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts}
+        deadline = time.monotonic() + timeout
+        while True:
+            committed = consumer.committed(parts, timeout=10)
+            lag = sum(max(0, ends[(tp.topic, tp.partition)] - max(tp.offset, 0)) for tp in committed)
+            if lag == 0 or time.monotonic() > deadline:
+                return lag
+            time.sleep(0.5)
     finally:
         consumer.close()
 
@@ -147,7 +165,11 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
                         console.print(f"t={time.monotonic() - start:.0f}s submissions={x['submissions']} "
                                       f"ranked={x['ranked_in_time']} coverage={x['coverage']:.4f}")
                 summary = sim.run(duration, log_line)
-            time.sleep(1.0)  # let the workers dead-letter anything still in flight before counting
+            # Stop only once the feature worker has applied everything published, so the live
+            # state equals a replay of the topics (`leap replay rebuild-features`).
+            lag = wait_caught_up(settings, "leap-features", (JOB_STARTS.name, JOB_FINISHES.name))
+            if lag:
+                console.print(f"[yellow]feature worker still {lag} events behind when stopping[/]")
     finally:
         for p in procs:
             p.stop()
