@@ -90,6 +90,8 @@ def backtest(
         first_test = history.last_day - (days - 1) * DAY
     oracle = _oracle_map(history)
     per_day: list[dict[str, Any]] = []
+    # LightGBM's errors on every scored attempt, for the by-hardware and by-family breakdowns.
+    errors: dict[str, list[Any]] = {"hardware": [], "family": [], "pred": [], "actual": []}
     for d in range(days):
         day = first_test + d * DAY
         train = ex.select((ex.finish_time < day) & (ex.submit_time >= day - window_days * DAY))
@@ -103,7 +105,13 @@ def backtest(
         row: dict[str, Any] = {"day": day_text(day), "train_rows": len(train), "test_rows": len(test)}
         for name, m in models.items():
             assert m is not None
-            row[name] = summary(m.predict(test.rows), test.y)
+            pred = m.predict(test.rows)
+            row[name] = summary(pred, test.y)
+            if name == "lightgbm":
+                errors["hardware"].extend(test.rows["hardware"].tolist())
+                errors["family"].extend(test.rows["family"].tolist())
+                errors["pred"].extend(pred.tolist())
+                errors["actual"].extend(test.y.tolist())
         if oracle:
             orc = np.array([oracle.get((a, h), np.nan) for a, h in zip(test.attempt_id, test.hardware, strict=True)])
             row["oracle"] = summary(orc / test.num_accelerators, test.y)
@@ -120,7 +128,21 @@ def backtest(
     mean = {n: {m: float(np.nanmean([r[n].get(m, np.nan) for r in per_day])) for m in METRICS} for n in names}
     wins = sum(r["lightgbm"]["acc@10"] > r["transfer"]["acc@10"] for r in per_day)
     return {"days": len(per_day), "window_days": window_days, "mean": mean, "per_day": per_day,
-            "lightgbm_beats_transfer_days": wins, "data_hash": history.digest}
+            "lightgbm_beats_transfer_days": wins, "data_hash": history.digest,
+            "lightgbm_by_hardware": _breakdown(errors, "hardware"), "lightgbm_by_family": _breakdown(errors, "family"),
+            "lightgbm_sample": _sample(errors, 3000)}
+
+
+def _breakdown(errors: dict[str, list[Any]], key: str) -> dict[str, dict[str, float]]:
+    keys = np.array(errors[key], dtype=object)
+    pred, actual = np.array(errors["pred"]), np.array(errors["actual"])
+    return {str(k): summary(pred[keys == k], actual[keys == k]) for k in sorted(set(keys.tolist()))}
+
+
+def _sample(errors: dict[str, list[Any]], n: int) -> dict[str, list[float]]:
+    """Predicted and measured per-accelerator throughput of up to ``n`` scored attempts."""
+    idx = np.random.default_rng(0).permutation(len(errors["pred"]))[:n]
+    return {"pred": [errors["pred"][i] for i in idx], "actual": [errors["actual"][i] for i in idx]}
 
 
 def plot_report(result: dict[str, Any], folder: Path) -> list[Path]:
@@ -144,7 +166,41 @@ def plot_report(result: dict[str, Any], folder: Path) -> list[Path]:
     ax.tick_params(axis="x", labelrotation=60, labelsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = folder / "accuracy_per_day.png"
-    fig.savefig(path, dpi=110)
+    paths = [folder / "accuracy_per_day.png"]
+    fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
-    return [path]
+
+    sample = result.get("lightgbm_sample")
+    if sample and sample["pred"]:
+        pred, actual = np.array(sample["pred"]), np.array(sample["actual"])
+        ok = np.isfinite(pred) & (pred > 0)
+        fig, ax = plt.subplots(figsize=(5.5, 5.5))
+        ax.loglog(actual[ok], pred[ok], ".", ms=2, alpha=0.4)
+        lo, hi = float(actual[ok].min()), float(actual[ok].max())
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="exact")
+        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.25, label="±10%")
+        ax.set_xlabel("measured samples/s per accelerator")
+        ax.set_ylabel("LightGBM predicted")
+        ax.set_title("Predicted against measured (sample)")
+        ax.legend()
+        fig.tight_layout()
+        paths.append(folder / "predicted_vs_actual.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+    for key in ("hardware", "family"):
+        table = result.get(f"lightgbm_by_{key}")
+        if not table:
+            continue
+        names = sorted(table, key=lambda k: table[k]["acc@10"])
+        fig, ax = plt.subplots(figsize=(7, 0.28 * len(names) + 1.2))
+        ax.barh(names, [table[k]["acc@10"] for k in names], color="#4878a8")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("LightGBM acc@10 over all backtest days")
+        ax.set_title(f"Accuracy by {key}")
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        paths.append(folder / f"accuracy_by_{key}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
