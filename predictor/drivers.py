@@ -1,0 +1,304 @@
+"""Drivers report: what moves accuracy and what does not.
+
+Each variant changes one thing about the default model (feature groups, training window,
+retrain cadence, model size, target transform) and is scored like the backtest: for each of
+the last ``days`` days, train on attempts that finished before the day and score the day's
+finished attempts. A variant is reported as the change in mean acc@10 against the default model
+on the same days, with the spread (sd across days) of the per-day change: a difference smaller
+than its spread is not a driver. The baselines (lookup table, prior transfer) are rows too.
+
+Point-in-time rows are built once; only the models differ. Fits are shared where they are the
+same model (the weekly model of the first day is the default's nightly model of that day), run
+in worker processes of one LightGBM thread each (on a shared machine OpenMP threads that wait
+for each other cost more than they gain; LightGBM is deterministic, so the thread count does
+not change any number), and see at most ``max_train_rows`` rows (a random sample of the
+window, the same for every variant trained on that window and day).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from leap.hardware import Catalogue, load_catalogue
+from predictor.dataset import DAY, Examples, History, build_examples, read_history
+from predictor.metrics import summary
+from predictor.models import LookupTable, PriorTransfer, ThroughputModel
+from predictor.training import day_text, fit_model
+
+ALL_GROUPS = ("config", "hardware", "prior", "lookup")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the report: a change to the default model, or a baseline."""
+
+    key: str
+    name: str
+    group: str
+    params: tuple[tuple[str, Any], ...] = ()
+    window_days: int | None = None  # None: the report's default window
+    cadence_days: int = 1
+    baseline: str | None = None
+
+
+def _groups(*drop: str) -> tuple[tuple[str, Any], ...]:
+    return (("feature_groups", tuple(g for g in ALL_GROUPS if g not in drop)),)
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("default", "default model", "default"),
+    Variant("no_prior", "no prior throughput", "features", _groups("prior")),
+    Variant("no_hardware", "no hardware specs", "features", _groups("hardware")),
+    Variant("no_config", "no configuration", "features", _groups("config")),
+    Variant("no_lookup", "no lookup medians", "features", _groups("lookup")),
+    Variant("window_7", "window 7 d", "window", window_days=7),
+    Variant("window_60", "window 60 d", "window", window_days=60),
+    Variant("weekly", "weekly retrain", "cadence", cadence_days=7),
+    Variant("small", "small (15 leaves, 100 trees)", "size", (("num_leaves", 15), ("n_estimators", 100))),
+    Variant("large", "large (255 leaves, 600 trees)", "size", (("num_leaves", 255), ("n_estimators", 600))),
+    Variant("target_log", "target log(y)", "target", (("target", "log"),)),
+    Variant("target_raw", "target raw y", "target", (("target", "raw"),)),
+    Variant("lookup", "lookup table (baseline)", "baseline", baseline="lookup"),
+    Variant("transfer", "prior transfer (baseline)", "baseline", baseline="transfer"),
+)
+BASELINES: dict[str, type[ThroughputModel]] = {"lookup": LookupTable, "transfer": PriorTransfer}
+
+
+@dataclass
+class _Fit:
+    """One model to train (parameters, window, training day) and the days it scores."""
+
+    params: tuple[tuple[str, Any], ...]
+    window_days: int
+    train_day: float
+    score_days: list[float] = field(default_factory=list)
+
+
+# Worker state: the examples, set once per process (not shipped with every task).
+_EX: Examples | None = None
+
+
+def _init_worker(ex: Examples) -> None:
+    global _EX
+    _EX = ex
+
+
+def _day_rows(ex: Examples, day: float) -> Examples:
+    return ex.select((ex.submit_time >= day) & (ex.submit_time < day + DAY))
+
+
+def _train_rows(ex: Examples, day: float, window_days: int, max_rows: int | None) -> Examples:
+    mask = (ex.finish_time < day) & (ex.submit_time >= day - window_days * DAY)
+    idx = np.flatnonzero(mask)
+    if max_rows is not None and len(idx) > max_rows:
+        # Seeded by the day alone: every variant with this window trains on the same sample.
+        rng = np.random.default_rng(int(day // DAY))
+        keep = np.zeros(len(mask), dtype=bool)
+        keep[np.sort(rng.choice(idx, size=max_rows, replace=False))] = True
+        mask = keep
+    return ex.select(mask)
+
+
+def _run_fit(job: _Fit, max_rows: int | None) -> tuple[dict[float, float], int, float]:
+    """Train one model and score its days; returns (acc@10 per day, training rows, seconds)."""
+    assert _EX is not None, "worker not initialised"
+    t0 = time.perf_counter()
+    train = _train_rows(_EX, job.train_day, job.window_days, max_rows)
+    model = fit_model(train, {"num_threads": 1, **dict(job.params)})
+    accs = {}
+    for day in job.score_days:
+        test = _day_rows(_EX, day)
+        accs[day] = summary(model.predict(test.rows), test.y)["acc@10"]
+    return accs, len(train), time.perf_counter() - t0
+
+
+def _fit_key(v: Variant, i: int, test_days: list[float], window_days: int) -> tuple[Any, ...]:
+    """(params, window, training day) of the model that scores test day ``i`` for ``v``."""
+    return v.params, v.window_days or window_days, test_days[i - i % v.cadence_days]
+
+
+def _plan(variants: Sequence[Variant], test_days: list[float], window_days: int) -> dict[tuple[Any, ...], _Fit]:
+    """Distinct fits over all model variants, keyed by what makes a fit distinct."""
+    fits: dict[tuple[Any, ...], _Fit] = {}
+    for v in variants:
+        if v.baseline is not None:
+            continue
+        for i, day in enumerate(test_days):
+            key = _fit_key(v, i, test_days, window_days)
+            fits.setdefault(key, _Fit(*key)).score_days.append(day)
+    for f in fits.values():
+        f.score_days = sorted(set(f.score_days))
+    return fits
+
+
+def _cost(f: _Fit) -> float:
+    """Rough relative cost, to start the slow fits first (better packing on the workers)."""
+    p = dict(f.params)
+    return float(p.get("num_leaves", 63) * p.get("n_estimators", 300)) + f.window_days
+
+
+def _run_all(fits: dict[tuple[Any, ...], _Fit], ex: Examples, max_rows: int | None, jobs: int,
+             progress: Any) -> dict[tuple[Any, ...], dict[float, float]]:
+    order = sorted(fits, key=lambda k: -_cost(fits[k]))
+    out: dict[tuple[Any, ...], dict[float, float]] = {}
+
+    def report(k: tuple[Any, ...], res: tuple[dict[float, float], int, float]) -> None:
+        out[k] = res[0]
+        if progress is not None:
+            f = fits[k]
+            desc = ", ".join(f"{a}={b}" for a, b in f.params) or "default params"
+            progress.print(f"[{len(out)}/{len(fits)}] {desc}, window {f.window_days} d, trained before "
+                           f"{day_text(f.train_day)} on {res[1]} rows in {res[2]:.0f} s: acc@10 "
+                           + " ".join(f"{a:.3f}" for a in res[0].values()))
+
+    if jobs <= 1:
+        _init_worker(ex)
+        for k in order:
+            report(k, _run_fit(fits[k], max_rows))
+        return out
+    # spawn, not fork: a forked child can hang in OpenMP if the parent already ran LightGBM.
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_init_worker, initargs=(ex,)) as pool:
+        futures = {pool.submit(_run_fit, fits[k], max_rows): k for k in order}
+        for fut in as_completed(futures):
+            report(futures[fut], fut.result())
+    return out
+
+
+def _window_name(v: Variant, first_test: float, last_test: float, first_day: float) -> str:
+    """Say so when the window reaches back before the history starts."""
+    if v.window_days is None:
+        return v.name
+    lo, hi = (first_test - first_day) / DAY, (last_test - first_day) / DAY
+    if v.window_days > lo:
+        span = f"{lo:.0f}-{hi:.0f} d" if hi > lo else f"{lo:.0f} d"
+        return f"{v.name} (all available: {span})"
+    return v.name
+
+
+def drivers(
+    history_dir: Path,
+    days: int = 7,
+    progress: Any = None,
+    examples: tuple[History, Examples] | None = None,
+    variants: Sequence[str] | None = None,
+    window_days: int = 30,
+    max_train_rows: int | None = 12_000,
+    jobs: int = 2,
+    catalogue: Catalogue | None = None,
+) -> dict[str, Any]:
+    """Score every variant by nightly retrains over the last ``days`` days.
+
+    Parameters
+    ----------
+    history_dir
+        History folder (ignored when ``examples`` is given).
+    days
+        Test days at the end of the history.
+    progress
+        Anything with ``print`` (a rich console), for one line per fit.
+    examples
+        ``(history, examples)`` already built with :func:`predictor.dataset.build_examples`.
+    variants
+        Keys of :data:`VARIANTS` to run (``default`` is always run); all by default.
+    window_days
+        The default model's training window.
+    max_train_rows
+        At most this many training rows per fit (a random sample of the window); ``None``: all.
+    jobs
+        Worker processes, one LightGBM thread each; 1 runs in this process. Workers are
+        spawned (not forked), so a script calling this with ``jobs > 1`` needs the usual
+        ``if __name__ == "__main__":`` guard.
+
+    Returns
+    -------
+    dict
+        ``{"days", "baseline_acc@10", "variants": [{"name", "group", "acc@10", "delta",
+        "delta_sd", "per_day"}, ...], ...}``; ``per_day`` lists ``{"day", "acc@10", "delta"}``.
+    """
+    t0 = time.perf_counter()
+    known = {v.key: v for v in VARIANTS}
+    unknown = set(variants or ()) - set(known)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; known: {sorted(known)}")
+    chosen = [v for v in VARIANTS if variants is None or v.key in variants or v.key == "default"]
+    if examples is None:
+        history = read_history(history_dir, with_oracle=False)
+        if progress is not None:
+            progress.print(f"building point-in-time rows for {history.submissions.num_rows} submissions ...")
+        ex = build_examples(history, catalogue or load_catalogue())
+    else:
+        history, ex = examples
+    first_test = history.last_day - (days - 1) * DAY
+    if first_test - history.first_day < 2 * DAY:
+        raise ValueError(f"the history has {int((history.last_day - history.first_day) / DAY) + 1} days: "
+                         f"too short for {days} test days after at least 2 days of training")
+    test_days = [first_test + d * DAY for d in range(days)]
+    fits = _plan(chosen, test_days, window_days)
+    if progress is not None:
+        progress.print(f"{len(ex)} examples; {len(fits)} fits for {len(chosen)} variants over {days} days")
+    accs = _run_all(fits, ex, max_train_rows, jobs, progress)
+
+    per_variant: dict[str, list[float]] = {}
+    for v in chosen:
+        if v.baseline is not None:
+            model = BASELINES[v.baseline]()
+            per_variant[v.key] = [summary(model.predict(t.rows), t.y)["acc@10"]
+                                  for t in (_day_rows(ex, d) for d in test_days)]
+        else:
+            per_variant[v.key] = [accs[_fit_key(v, i, test_days, window_days)][d] for i, d in enumerate(test_days)]
+    base = np.array(per_variant["default"])
+    rows = []
+    for v in chosen:
+        acc = np.array(per_variant[v.key])
+        delta = acc - base
+        rows.append({
+            "key": v.key, "name": _window_name(v, test_days[0], test_days[-1], history.first_day),
+            "group": v.group, "acc@10": float(acc.mean()), "delta": float(delta.mean()),
+            "delta_sd": float(delta.std(ddof=1)) if len(delta) > 1 else 0.0,
+            "per_day": [{"day": day_text(d), "acc@10": float(a), "delta": float(x)}
+                        for d, a, x in zip(test_days, acc, delta, strict=True)],
+        })
+    return {
+        "days": days, "baseline_acc@10": float(base.mean()), "window_days": window_days,
+        "max_train_rows": max_train_rows, "examples": len(ex), "fits": len(fits),
+        "test_days": [day_text(d) for d in test_days], "data_hash": history.digest,
+        "elapsed_s": round(time.perf_counter() - t0, 1), "variants": rows,
+    }
+
+
+def plot_drivers(result: dict[str, Any], folder: Path) -> list[Path]:
+    """Horizontal bars: change in mean acc@10 against the default, with the daily sd as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [r for r in result["variants"] if r["group"] != "default"][::-1]  # first variant on top
+    groups = list(dict.fromkeys(r["group"] for r in rows[::-1]))
+    colours = {g: plt.get_cmap("tab10")(i) for i, g in enumerate(groups)}
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.6))
+    y = np.arange(len(rows))
+    ax.barh(y, [r["delta"] for r in rows], xerr=[r["delta_sd"] for r in rows],
+            color=[colours[r["group"]] for r in rows], capsize=3)
+    ax.set_yticks(y, [r["name"] for r in rows], fontsize=8)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_xlabel("change in mean acc@10 against the default model (error bar: sd of the daily change)")
+    ax.set_title(f"Drivers: default acc@10 {result['baseline_acc@10']:.3f} over {result['days']} nightly retrains")
+    ax.grid(axis="x", alpha=0.3)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[g]) for g in groups]
+    ax.legend(handles, groups, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path = folder / "drivers.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
