@@ -58,7 +58,6 @@ class SimulatorReport:
     late_rankings: int = 0
     ranked_in_time: int = 0
     finishes_published: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
 
 
 def choose(ranking: Ranking, has_capacity: Callable[[str], bool]) -> str | None:

@@ -38,9 +38,12 @@ TRAFFIC_S = 14.0  # at least this long before the screenshot, so the line charts
 class Traffic(threading.Thread):
     """Submissions in, rankings back, finishes out, until stopped."""
 
-    def __init__(self, settings: Settings, seed: int = 11) -> None:
+    def __init__(self, settings: Settings, seed: int | None = None) -> None:
         super().__init__(name="traffic", daemon=True)
         self.settings = settings
+        # A fresh seed per run: event ids derive from the seed, and an id must never be
+        # reused for a different event on the shared topics.
+        seed = int(time.time() * 1000) % 1_000_000 if seed is None else seed
         self.fleet = Fleet(seed, attempts_per_day=50_000)
         self.rng = np.random.default_rng(seed)
         self.stop_event = threading.Event()
