@@ -143,7 +143,7 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
     console.print(f"model in use: [bold]{ensure_model(settings, model)}[/]")
     catalogue = load_catalogue()
     # A fresh job namespace per run: the demo's jobs never collide with an earlier run's.
-    fleet = Fleet(seed=seed ^ (uuid.uuid4().int & 0xFFFF), attempts_per_day=attempts_per_day, catalogue=catalogue)
+    fleet = Fleet(seed=seed ^ (uuid.uuid4().int & 0xFFFFFFFF), attempts_per_day=attempts_per_day, catalogue=catalogue)
     dead_before = dead_letter_count(settings)
     procs = start_workers(settings, settings.home / "logs")
     try:
