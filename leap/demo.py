@@ -25,19 +25,15 @@ from leap.processes import WorkerProcess
 from leap.settings import Settings
 from streams.client import SchedulerClient
 from streams.events import DeadLetter, EventError
-from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS, SUBMISSIONS, create_topics
+from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS, SUBMISSIONS, create_topics, end_offsets
 
 console = Console(stderr=True)
 
 
-def end_offsets(settings: Settings, topics: tuple[str, ...]) -> dict[tuple[str, int], int]:
-    """High watermark of every partition of ``topics`` now."""
+def topic_ends(settings: Settings, topics: tuple[str, ...]) -> dict[tuple[str, int], int]:
     consumer = Consumer(settings.confluent_config(**{"group.id": "leap-demo-unused"}))
     try:
-        return {
-            (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
-            for t in topics for p in consumer.list_topics(t, timeout=10).topics[t].partitions
-        }
+        return end_offsets(consumer, topics)
     finally:
         consumer.close()
 
@@ -47,7 +43,7 @@ def dead_letters_since(settings: Settings, dlq_start: dict[tuple[str, int], int]
     """Dead letters written since ``dlq_start``: (caused by input published since ``input_start``,
     caused by older input that a resumed consumer group read during the run)."""
     consumer = Consumer(settings.confluent_config(**{"group.id": "leap-demo-unused", "enable.auto.commit": False}))
-    ends = end_offsets(settings, (DEAD_LETTER.name,))
+    ends = topic_ends(settings, (DEAD_LETTER.name,))
     ours = older = 0
     try:
         consumer.assign([TopicPartition(t, p, dlq_start.get((t, p), 0)) for (t, p) in ends])
@@ -74,9 +70,8 @@ def wait_caught_up(settings: Settings, group: str, topics: tuple[str, ...], time
     """Wait until ``group`` has committed up to the end of ``topics``; returns the remaining lag."""
     consumer = Consumer(settings.confluent_config(**{"group.id": group, "enable.auto.commit": False}))
     try:
-        parts = [TopicPartition(t, p) for t in topics
-                 for p in consumer.list_topics(t, timeout=10).topics[t].partitions]
-        ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts}
+        ends = end_offsets(consumer, topics)
+        parts = [TopicPartition(t, p) for (t, p) in ends]
         deadline = time.monotonic() + timeout
         while True:
             committed = consumer.committed(parts, timeout=10)
@@ -176,8 +171,8 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
     # A fresh job namespace per run: the demo's jobs never collide with an earlier run's.
     fleet = Fleet(seed=seed ^ (uuid.uuid4().int & 0xFFFFFFFF), attempts_per_day=attempts_per_day, catalogue=catalogue)
     inputs = (SUBMISSIONS.name, JOB_STARTS.name, JOB_FINISHES.name)
-    input_start = end_offsets(settings, inputs)
-    dlq_start = end_offsets(settings, (DEAD_LETTER.name,))
+    input_start = topic_ends(settings, inputs)
+    dlq_start = topic_ends(settings, (DEAD_LETTER.name,))
     procs = start_workers(settings, settings.home / "logs")
     try:
         with SchedulerClient(settings) as client:

@@ -308,26 +308,24 @@ def _wait_redis(settings: Settings, timeout: float, pid: int | None, redis_dir: 
     )
 
 
-def _kafka_log_tail(kafka_dir: Path | None) -> str:
-    if kafka_dir is None:
+def _log_tail(folder: Path | None, names: tuple[str, ...]) -> str:
+    """The tails of a service's log files, for error messages."""
+    if folder is None:
         return ""
     parts = []
-    for name in ("kafka.out", "server.log"):
-        tail = _tail(kafka_dir / "logs" / name)
+    for name in names:
+        tail = _tail(folder / "logs" / name)
         if tail:
-            parts.append(f"--- {kafka_dir / 'logs' / name} (tail) ---\n{tail}")
+            parts.append(f"--- {folder / 'logs' / name} (tail) ---\n{tail}")
     return "\n".join(parts)
+
+
+def _kafka_log_tail(kafka_dir: Path | None) -> str:
+    return _log_tail(kafka_dir, ("kafka.out", "server.log"))
 
 
 def _redis_log_tail(redis_dir: Path | None) -> str:
-    if redis_dir is None:
-        return ""
-    parts = []
-    for name in ("redis.out", "redis.log"):
-        tail = _tail(redis_dir / "logs" / name)
-        if tail:
-            parts.append(f"--- {redis_dir / 'logs' / name} (tail) ---\n{tail}")
-    return "\n".join(parts)
+    return _log_tail(redis_dir, ("redis.out", "redis.log"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from predictor.registry import ModelRecord, Registry
 from predictor.service import ActiveModel, ModelHolder
 from streams import metrics
 from streams.events import SCHEMA_VERSION, EventError, ModelAnnouncement
-from streams.topics import CURRENT_MODEL_KEY, MODELS
+from streams.topics import CURRENT_MODEL_KEY, MODELS, end_offsets
 
 log = logging.getLogger("leap.reload")
 
@@ -89,8 +89,7 @@ class ModelFollower:
 
     def catch_up(self, timeout: float = 30.0) -> None:
         """Apply every announcement up to the current end of the topic."""
-        ends = {p: self.consumer.get_watermark_offsets(TopicPartition(MODELS.name, p), timeout=10)[1]
-                for p in range(MODELS.partitions)}
+        ends = {p: high for (_, p), high in end_offsets(self.consumer, (MODELS.name,)).items()}
         if not any(ends.values()):
             return
         deadline = time.monotonic() + timeout

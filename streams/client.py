@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from leap.settings import Settings
 from streams.events import EventError, JobFinish, JobStart, Ranking, Submission
-from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
+from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS, end_offsets
 
 _PRODUCER: dict[str, str | int | float | bool] = {
     "linger.ms": 2, "enable.idempotence": True, "compression.type": "lz4",
@@ -59,13 +59,8 @@ class SchedulerClient:
             self.consumer = Consumer(
                 settings.confluent_config(**_CONSUMER)
             )
-            meta = self.consumer.list_topics(RANKINGS.name, timeout=10)
-            partitions = meta.topics[RANKINGS.name].partitions
-            assignment = []
-            for p in partitions:
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(RANKINGS.name, p), timeout=10)
-                assignment.append(TopicPartition(RANKINGS.name, p, high))
-            self.consumer.assign(assignment)
+            ends = end_offsets(self.consumer, (RANKINGS.name,))
+            self.consumer.assign([TopicPartition(t, p, high) for (t, p), high in ends.items()])
 
     def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:

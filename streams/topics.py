@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from leap.settings import Settings
@@ -39,6 +39,15 @@ DEAD_LETTER = Topic("leap.dead-letter", 3, {"retention.ms": str(30 * DAY_MS)}, "
 ALL_TOPICS: tuple[Topic, ...] = (SUBMISSIONS, JOB_STARTS, JOB_FINISHES, RANKINGS, MODELS, DEAD_LETTER)
 #: Key under which the current model is announced on the compacted models topic.
 CURRENT_MODEL_KEY = b"current"
+
+
+def end_offsets(consumer: Consumer, topics: tuple[str, ...], timeout: float = 10.0) -> dict[tuple[str, int], int]:
+    """High watermark of every partition of ``topics`` now, keyed by (topic, partition)."""
+    return {
+        (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=timeout)[1]
+        for t in topics
+        for p in consumer.list_topics(t, timeout=timeout).topics[t].partitions
+    }
 
 
 def create_topics(settings: Settings, topics: tuple[Topic, ...] = ALL_TOPICS, timeout: float = 30.0) -> dict[str, str]:
