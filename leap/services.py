@@ -586,8 +586,15 @@ logger.state.level = WARN
 
 
 def _cluster_id() -> str:
-    # Kafka's Uuid.toString(): URL-safe base64 of 16 random bytes, without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka cluster id: URL-safe base64 of 16 random bytes, without padding.
+
+    Like Kafka's ``Uuid.randomUuid()`` it never starts with ``-``: one id in 64 would, and an
+    argument parser reads such an id as an option (``--cluster-id: expected one argument``).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _up_local_kafka(settings: Settings, step: Step) -> tuple[str, int | None]:
@@ -631,8 +638,7 @@ def _up_local_kafka(settings: Settings, step: Step) -> tuple[str, int | None]:
                 "kafka.tools.StorageTool",
                 "format",
                 "--standalone",
-                "-t",
-                _cluster_id(),
+                f"--cluster-id={_cluster_id()}",
                 "-c",
                 str(config / "server.properties"),
             ],

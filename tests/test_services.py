@@ -161,3 +161,12 @@ def test_compose_file_follows_the_pinned_versions_and_ports() -> None:
     assert default is not None and default.group(1) == services.KAFKA_VERSION
     assert f'"127.0.0.1:{LOCAL_KAFKA_PORT}:' in compose
     assert f'"127.0.0.1:{LOCAL_REDIS_PORT}:' in compose
+
+
+def test_cluster_ids_never_look_like_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One random id in 64 starts with "-"; the storage tool's parser would read it as an option.
+    ids = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=bytes(16))])
+    monkeypatch.setattr(services.uuid, "uuid4", lambda: next(ids))
+    cluster_id = services._cluster_id()
+    assert cluster_id == "AAAAAAAAAAAAAAAAAAAAAA"
+    assert len(cluster_id) == 22
