@@ -110,56 +110,6 @@ GEN_EFF = {
     "L40S": 0.85,
 }
 
-# Scale-out bandwidth per accelerator (GB/s, one direction) and accelerators per scale-up domain.
-# Simulator assumptions from instance specs: e.g. p4d 400 Gb/s / 8 GPUs, p5 3,200 Gb/s / 8, trn1
-# 800 Gb/s / 16; TPU slices are one ICI domain up to the pod size.
-SCALE_OUT = {
-    "K80": 1.5,
-    "P100": 1.5,
-    "V100-16GB": 0.4,
-    "V100-32GB": 1.5,
-    "T4": 1.5,
-    "A10G": 1.5,
-    "L4": 1.5,
-    "L40S": 6.25,
-    "A100-40GB": 6.25,
-    "A100-80GB": 6.25,
-    "H100-PCIe": 6.25,
-    "H100-SXM": 50.0,
-    "H200": 50.0,
-    "B200": 50.0,
-    "MI250X": 25.0,
-    "MI300X": 50.0,
-    "MI325X": 50.0,
-    "Gaudi2": 37.5,
-    "Gaudi3": 75.0,
-    "Trainium1": 6.25,
-    "Trainium2": 25.0,
-}
-NODE_SIZE = {
-    "TPU-v4": 4096,
-    "TPU-v5e": 256,
-    "TPU-v5p": 8960,
-    "TPU-v6e": 256,
-    "Trainium1": 16,
-    "Trainium2": 16,
-}
-MAX_ACCELERATORS = {"TPU-v4": 4096, "TPU-v5e": 256, "TPU-v5p": 8960, "TPU-v6e": 256}
-FP8 = frozenset(
-    {
-        "L4",
-        "L40S",
-        "H100-PCIe",
-        "H100-SXM",
-        "H200",
-        "B200",
-        "MI300X",
-        "MI325X",
-        "Gaudi2",
-        "Gaudi3",
-        "Trainium2",
-    }
-)
 LAUNCH_US = {"nvidia": 10.0, "amd": 15.0, "google": 3.0, "intel": 15.0, "aws": 12.0}
 # Host-side work per sample (decode, augment, collate) at the reference input size, in µs.
 HOST_US = {
@@ -269,10 +219,10 @@ def _build_hardware(cat: Catalogue) -> HardwareArrays:
         bw=np.array([h.memory_bw_gbps for h in hws]) * 1e9,
         # vendors quote both directions; a collective uses one direction's worth at ~70%
         intra=np.array([h.interconnect_gbps for h in hws]) * 1e9 / 2 * 0.7,
-        inter=np.array([SCALE_OUT.get(h.name, h.interconnect_gbps / 2) for h in hws]) * 1e9 * 0.7,
-        node=np.array([NODE_SIZE.get(h.name, 8) for h in hws], dtype=np.float64),
-        max_n=np.array([MAX_ACCELERATORS.get(h.name, 65536) for h in hws], dtype=np.float64),
-        fp8=np.array([h.name in FP8 for h in hws]),
+        inter=np.array([h.scale_out_gbps for h in hws]) * 1e9 * 0.7,
+        node=np.array([h.node_size for h in hws], dtype=np.float64),
+        max_n=np.array([h.max_accelerators or 65536 for h in hws], dtype=np.float64),
+        fp8=np.array([h.fp8 for h in hws]),
         supports=supports,
         fw_eff=fw_eff,
         sw_eff=np.array([[SW_EFF[h.vendor][fam] for h in hws] for fam in FAMILIES]),

@@ -77,7 +77,15 @@ class HardwareType:
     spec_source, price_source
         Where the specs and the price come from.
     peak_fp32_tflops
-        TFLOP/s an fp32/tf32 job can reach (TF32 tensor rate where there is one); simulator only.
+        TFLOP/s an fp32/tf32 job can reach (TF32 tensor rate where there is one).
+    scale_out_gbps
+        Network bandwidth per accelerator between scale-up domains, GB/s, one direction.
+    node_size
+        Accelerators per scale-up domain (a server, an instance, a TPU pod).
+    max_accelerators
+        Largest allocation where the platform caps it (TPU slices), else ``None``.
+    fp8
+        Whether the part has dense FP8 tensor math.
     """
 
     name: str
@@ -92,6 +100,10 @@ class HardwareType:
     spec_source: str
     price_source: str
     peak_fp32_tflops: float = 0.0
+    scale_out_gbps: float = 0.0
+    node_size: int = 8
+    max_accelerators: int | None = None
+    fp8: bool = False
 
     def specs(self) -> dict[str, float]:
         """The :data:`SPEC_FEATURES` of this type as a dict."""
@@ -117,10 +129,15 @@ def _parse_entry(raw: dict[str, Any]) -> HardwareType:
             spec_source=str(raw["spec_source"]),
             price_source=str(raw["price_source"]),
             peak_fp32_tflops=float(raw.get("peak_fp32_tflops", 0.0)),
+            # Without a stated scale-out network, assume the scale-up link reaches every peer.
+            scale_out_gbps=float(raw.get("scale_out_gbps", float(raw["interconnect_gbps"]) / 2)),
+            node_size=int(raw.get("node_size", 8)),
+            max_accelerators=int(raw["max_accelerators"]) if "max_accelerators" in raw else None,
+            fp8=bool(raw.get("fp8", False)),
         )
     except KeyError as exc:
         raise ValueError(f"hardware entry {raw.get('name', '?')!r}: missing {exc.args[0]!r}") from None
-    bad = [k for k in (*SPEC_FEATURES, "price_per_hour") if not getattr(hw, k) > 0]
+    bad = [k for k in (*SPEC_FEATURES, "price_per_hour", "scale_out_gbps", "node_size") if not getattr(hw, k) > 0]
     if bad:
         raise ValueError(f"hardware entry {hw.name!r}: {', '.join(bad)} must be positive")
     return hw

@@ -63,14 +63,25 @@ def test_every_type_has_sources_positive_specs_and_frameworks(cat: Catalogue) ->
     for hw in cat:
         assert isinstance(hw, HardwareType)
         assert hw.spec_source.strip() and hw.price_source.strip(), hw.name
-        for key in (*SPEC_FEATURES, "price_per_hour", "peak_fp32_tflops"):
+        for key in (*SPEC_FEATURES, "price_per_hour", "peak_fp32_tflops", "scale_out_gbps", "node_size"):
             assert getattr(hw, key) > 0, (hw.name, key)
+        # one scale-out link per accelerator never outruns its scale-up fabric (one direction)
+        assert hw.scale_out_gbps <= hw.interconnect_gbps / 2, hw.name
+        assert hw.max_accelerators is None or hw.max_accelerators >= hw.node_size or hw.vendor != "google"
         assert hw.frameworks, hw.name
         assert hw.peak_fp32_tflops <= hw.peak_tflops, hw.name
         assert set(hw.specs()) == set(SPEC_FEATURES)
         # every alias is unique across the catalogue (the loader raises otherwise) and resolves back
         for alias in hw.aliases:
             assert cat.resolve(alias) is hw
+
+
+def test_network_and_fp8_facts_come_from_the_catalogue(cat: Catalogue) -> None:
+    h100, tpu, trn = cat.resolve("H100-SXM"), cat.resolve("TPU-v5p"), cat.resolve("Trainium2")
+    assert h100 is not None and tpu is not None and trn is not None
+    assert (h100.node_size, h100.scale_out_gbps, h100.fp8) == (8, 50.0, True)  # p5: 3,200 Gb/s per 8
+    assert tpu.node_size == tpu.max_accelerators == 8960 and not tpu.fp8  # one ICI domain
+    assert trn.node_size == 16
 
 
 def test_price_override_and_reload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
