@@ -36,7 +36,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "pipeline_parallel", "precision_bits", "log_flops_per_sample", "model_type", "family", "framework",
     ),
     "hardware": (
-        "hardware", "vendor", *SPEC_FEATURES, "log_roofline", "spec_ratio_peak", "spec_ratio_bw",
+        "hardware", "vendor", *SPEC_FEATURES, "peak_fp32_tflops", "scale_out_gbps", "node_size", "fp8",
+        "log_roofline", "log_peak_at_precision",
+        "log_step_compute", "log_step_memory", "log_step_comm", "log_step_estimate", "log_roofline_step",
+        "spec_ratio_peak", "spec_ratio_bw",
     ),
     "prior": (
         "prior_same_log", "prior_same_last_log", "prior_same_n", "prior_same_age_h",
@@ -49,6 +52,13 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
 }
 COLUMNS: tuple[str, ...] = tuple(c for cols in GROUPS.values() for c in cols)
+#: Columns that combine the configuration with the candidate's specs: a public-spec roofline of
+#: one training step per accelerator. Computed for a whole batch in :func:`to_columns` (and again
+#: by a model that swaps in another hardware type's specs), never per row.
+ROOFLINE_COLUMNS: tuple[str, ...] = (
+    "log_peak_at_precision", "log_step_compute", "log_step_memory", "log_step_comm", "log_step_estimate",
+    "log_roofline_step",
+)
 
 _PRECISION_BITS = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
 assert set(_PRECISION_BITS) == set(PRECISIONS)
@@ -86,6 +96,41 @@ def roofline_log(peak_tflops: np.ndarray | np.float64, log_flops_per_sample: np.
         return np.asarray(np.log(peak_tflops * 1e12 * ROOFLINE_MFU) - log_flops_per_sample)
 
 
+def roofline_columns(rows: Rows) -> Rows:
+    """A roofline of one training step per accelerator from the configuration and public specs.
+
+    Seconds per step: compute ``6 x params x seq`` FLOPs per sample at the peak for the job's
+    precision (the fp32/TF32 rate for fp32 and tf32 jobs, twice the bf16 rate for fp8 jobs on
+    parts with FP8 math); memory: ~16 bytes of weight, gradient and optimizer traffic per
+    locally held parameter; communication: a ring all-reduce of 16-bit gradients when
+    data-parallel, over the scale-up link within one domain and the scale-out network beyond.
+    Trees read these as the regime (compute-, memory- or communication-bound) a job is in on
+    each hardware type, which decides how its speed moves between types. NaN where a spec is
+    unknown.
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        params, batch, seq, n = (np.exp(rows[c]) for c in ("log_params", "log_batch", "log_seq", "log_accelerators"))
+        dp, tp, pp = rows["data_parallel"], rows["tensor_parallel"], rows["pipeline_parallel"]
+        bits = rows["precision_bits"]
+        peak = np.where(bits >= 19.0, rows["peak_fp32_tflops"], rows["peak_tflops"])
+        peak = np.where((bits == 8.0) & (rows["fp8"] == 1.0), 2.0 * peak, peak) * 1e12
+        local_params = params / (tp * pp)
+        compute = 6.0 * params * seq * (batch / n) / peak
+        memory = 16.0 * local_params / (rows["memory_bw_gbps"] * 1e9)
+        # The scale-up link is quoted for both directions; the scale-out network for one.
+        link = np.where(n <= rows["node_size"], rows["interconnect_gbps"] * 0.5, rows["scale_out_gbps"]) * 1e9
+        comm = np.where(dp > 1, 2.0 * (dp - 1.0) / dp * 2.0 * local_params / link, 0.0)
+        step = compute + memory + comm
+        return {
+            "log_peak_at_precision": np.log(peak / 1e12),
+            "log_step_compute": np.log(compute),
+            "log_step_memory": np.log(memory),
+            "log_step_comm": np.where(dp > 1, np.log(comm), np.nan),
+            "log_step_estimate": np.log(step),
+            "log_roofline_step": np.log(batch / n) - np.log(step),
+        }
+
+
 def flops_per_sample(sub: Submission) -> float:
     """Training FLOPs per sample, ~6 x parameters x tokens (input size for non-token models)."""
     return 6.0 * sub.params * sub.seq_len
@@ -103,10 +148,14 @@ def build_rows(
 
 
 def to_columns(rows: Sequence[dict[str, Any]]) -> Rows:
-    """Row dicts to columns: object arrays for :data:`CATEGORICAL`, float64 otherwise."""
-    return {
-        c: np.array([r[c] for r in rows], dtype=object if c in CATEGORICAL else np.float64) for c in COLUMNS
+    """Row dicts to columns: object arrays for :data:`CATEGORICAL`, float64 otherwise, plus
+    :data:`ROOFLINE_COLUMNS` computed for the whole batch at once."""
+    cols = {
+        c: np.array([r[c] for r in rows], dtype=object if c in CATEGORICAL else np.float64)
+        for c in COLUMNS if c not in ROOFLINE_COLUMNS
     }
+    cols.update(roofline_columns(cols))
+    return {c: cols[c] for c in COLUMNS}
 
 
 def row_dicts(
@@ -131,7 +180,8 @@ def row_dicts(
 
     Returns
     -------
-    One dict per candidate with every column of :data:`COLUMNS`.
+    One dict per candidate with every column of :data:`COLUMNS` except :data:`ROOFLINE_COLUMNS`,
+    which :func:`to_columns` adds.
     """
     now = sub.event_time if now is None else now
     base: dict[str, Any] = {
@@ -161,6 +211,10 @@ def row_dicts(
         row["vendor"] = hw_type.vendor if hw_type is not None else "unknown"
         for spec in SPEC_FEATURES:
             row[spec] = _spec(hw_type, spec)
+        row["peak_fp32_tflops"] = _spec(hw_type, "peak_fp32_tflops") or NAN  # 0: not in the catalogue
+        row["scale_out_gbps"] = _spec(hw_type, "scale_out_gbps")
+        row["node_size"] = _spec(hw_type, "node_size")
+        row["fp8"] = _spec(hw_type, "fp8")
         peak = _spec(hw_type, "peak_tflops")
         row["log_roofline"] = float(roofline_log(np.float64(peak), np.float64(base["log_flops_per_sample"])))
 
@@ -211,5 +265,5 @@ def row_dicts(
 def concat_rows(parts: Sequence[Rows]) -> Rows:
     """Stack the rows of many submissions into one batch."""
     if not parts:
-        return {c: np.empty(0, dtype=object if c in CATEGORICAL else np.float64) for c in COLUMNS}
+        return to_columns([])
     return {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}

@@ -11,9 +11,19 @@ Two stages.
    else the base model, else lookup medians, else roofline). Trees learn corrections to an
    already good guess, which the drivers report compares with learning ``log(y)`` directly.
 
-Uncertainty band: split-conformal. A random tenth of the training rows is held out, and the
-residual quantiles there, per evidence level (own history on this hardware / elsewhere only /
-none), become the band. The model itself is trained on the other nine tenths.
+The base model's trees are linear in their leaves (``linear_tree``): within a region of
+configurations, log throughput moves nearly linearly with log batch, log FLOPs and the roofline
+terms, which piecewise-constant leaves approximate in steps.
+
+A random tenth of the training rows is held out (the *calibration* rows), and both stages are
+trained on the other nine tenths. On the calibration rows, per evidence level (own history on
+this hardware / elsewhere only / none):
+
+- **trust**: how much of the main model's correction to apply, ``anchor + w x correction`` with
+  ``w`` in 0, 0.1, ..., 1 chosen for acc@10. The main model learns its corrections against
+  anchors the base model computed on its own training rows, where the base is more accurate than
+  on new jobs; where that makes the corrections overshoot, the held-out rows say so;
+- **band**: split-conformal residual quantiles of the final prediction.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from typing import Any, ClassVar
 import lightgbm as lgb
 import numpy as np
 
-from features.rows import CATEGORICAL, GROUPS, Rows, roofline_log
+from features.rows import CATEGORICAL, GROUPS, ROOFLINE_COLUMNS, Rows, roofline_columns, roofline_log
 from predictor.models import BAND_QUANTILES, ThroughputModel, first_finite
 
 #: Anchor candidates in order of preference, each with the feature group it needs.
@@ -39,11 +49,14 @@ ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
 #: Columns the base model reads: the configuration and the candidate's own hardware.
 BASE_GROUPS = ("config", "hardware")
 _PAIR_COLUMNS = ("spec_ratio_peak", "spec_ratio_bw")  # involve the prior's hardware: not for the base
-#: Columns that describe the hardware alone (``log_roofline`` mixes in the configuration).
-HARDWARE_COLUMNS = tuple(c for c in GROUPS["hardware"] if c not in (*_PAIR_COLUMNS, "log_roofline"))
+#: Columns that describe the hardware alone (the roofline columns mix in the configuration).
+HARDWARE_COLUMNS = tuple(
+    c for c in GROUPS["hardware"] if c not in (*_PAIR_COLUMNS, "log_roofline", *ROOFLINE_COLUMNS)
+)
 DERIVED = ("base_log", "base_transfer_log", "base_ratio")
 TARGETS = ("residual", "log", "raw")
 EVIDENCE = ("same", "other", "none")
+TRUST_GRID = tuple(k / 10 for k in range(11))
 
 
 def evidence_level(rows: Rows) -> np.ndarray:
@@ -72,6 +85,8 @@ class LightGBMThroughput(ThroughputModel):
         Which groups of :data:`features.rows.GROUPS` the model may use (ablations).
     num_threads
         Set once here: passing it on every predict call costs ~100 µs per call.
+    base_linear
+        Linear models in the base model's leaves.
     seed
         Makes training deterministic.
     """
@@ -87,6 +102,7 @@ class LightGBMThroughput(ThroughputModel):
         target: str = "residual",
         feature_groups: tuple[str, ...] = ("config", "hardware", "prior", "lookup"),
         num_threads: int = 2,
+        base_linear: bool = True,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -97,6 +113,7 @@ class LightGBMThroughput(ThroughputModel):
         self.target = target
         self.feature_groups = tuple(feature_groups)
         self.num_threads = num_threads
+        self.base_linear = base_linear
         self.seed = seed
         # Serving predicts a batch of a few hundred rows: one thread avoids OpenMP start-up and
         # contention with the rest of the worker; the ~100 µs it costs per call is per batch.
@@ -108,13 +125,14 @@ class LightGBMThroughput(ThroughputModel):
         self.features_: list[str] = []
         self.vocab_: dict[str, dict[str, int]] = {}
         self.band_by_evidence_: dict[str, tuple[float, float]] = {}
+        self.trust_by_evidence_: dict[str, float] = {}
 
     def get_params(self) -> dict[str, Any]:
         return {
             "num_leaves": self.num_leaves, "n_estimators": self.n_estimators,
             "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
             "target": self.target, "feature_groups": list(self.feature_groups),
-            "num_threads": self.num_threads, "seed": self.seed,
+            "num_threads": self.num_threads, "base_linear": self.base_linear, "seed": self.seed,
         }
 
     # ------------------------------------------------------------------ data
@@ -167,6 +185,7 @@ class LightGBMThroughput(ThroughputModel):
                     swapped[col] = np.array([self.hardware_specs_[h][col] for h in prior_hw[has_prior]],
                                             dtype=object if col in CATEGORICAL else np.float64)
             swapped["log_roofline"] = roofline_log(swapped["peak_tflops"], swapped["log_flops_per_sample"])
+            swapped.update(roofline_columns(swapped))
             base_prior[has_prior] = self.base_.predict(
                 self._matrix(swapped, self.base_features_), num_threads=self.predict_threads
             )
@@ -221,6 +240,8 @@ class LightGBMThroughput(ThroughputModel):
                 categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
             )
             base_params = self._params(max(50, self.min_child_samples), leaves=2 * self.num_leaves)
+            if self.base_linear:
+                base_params.update(linear_tree=True, linear_lambda=0.1)
             self.base_ = lgb.train(base_params, base_data, num_boost_round=self.n_estimators)
             if groups is not None:
                 target = np.log(fit_y) - job_effects(
@@ -244,8 +265,22 @@ class LightGBMThroughput(ThroughputModel):
             feature_name=self.features_, categorical_feature=[c for c in self.features_ if c in CATEGORICAL],
         )
         self.booster_ = lgb.train(self._params(self.min_child_samples), data, num_boost_round=self.n_estimators)
-        self._calibrate_band({c: v[calibrate] for c, v in rows.items()}, y[calibrate])
+        held_rows, held_y = {c: v[calibrate] for c, v in rows.items()}, y[calibrate]
+        self._calibrate_trust(held_rows, held_y)
+        self._calibrate_band(held_rows, held_y)
         return self
+
+    def _calibrate_trust(self, rows: Rows, y: np.ndarray) -> None:
+        self.trust_by_evidence_ = {}
+        anchor, correction = self._anchor_and_correction(rows)
+        level = evidence_level(rows)
+        for k, name in enumerate(EVIDENCE):
+            sel = (level == k) & np.isfinite(anchor) & (y > 0)
+            if sel.sum() < 100 or self.target != "residual":
+                continue
+            rel = np.abs(np.exp(anchor[sel, None] + correction[sel, None] * np.array(TRUST_GRID)) / y[sel, None] - 1)
+            hits = (rel <= 0.1).sum(axis=0)
+            self.trust_by_evidence_[name] = TRUST_GRID[int(np.flatnonzero(hits == hits.max())[-1])]
 
     def _calibrate_band(self, rows: Rows, y: np.ndarray) -> None:
         residual = np.log(y) - self._predict_log(rows)
@@ -263,12 +298,19 @@ class LightGBMThroughput(ThroughputModel):
                 if sel.sum() >= 30 else overall
             )
 
-    def _predict_log(self, rows: Rows) -> np.ndarray:
+    def _anchor_and_correction(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+        """The anchor and the main model's raw output (its correction, for the residual target)."""
         if self.booster_ is None:
             raise RuntimeError("model is not fitted")
         rows = self._with_base(rows)
-        anchor = self._anchor(rows)
         raw = np.asarray(self.booster_.predict(self._matrix(rows), num_threads=self.predict_threads))
+        return self._anchor(rows), raw
+
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        anchor, raw = self._anchor_and_correction(rows)
+        if self.trust_by_evidence_:
+            trust = np.array([self.trust_by_evidence_.get(name, 1.0) for name in EVIDENCE])
+            raw = raw * trust[evidence_level(rows)]
         out = self._from_target(raw, anchor)
         return np.where(np.isfinite(anchor), out, np.nan)
 
@@ -286,6 +328,7 @@ class LightGBMThroughput(ThroughputModel):
         return {
             **super().state(), "params": self.get_params(), "features": self.features_, "vocab": self.vocab_,
             "band_by_evidence": {k: list(v) for k, v in self.band_by_evidence_.items()},
+            "trust_by_evidence": dict(self.trust_by_evidence_),
             "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
         }
 
@@ -307,6 +350,7 @@ class LightGBMThroughput(ThroughputModel):
         model.features_ = list(state["features"])
         model.vocab_ = {c: dict(v) for c, v in state["vocab"].items()}
         model.band_by_evidence_ = {k: (float(v[0]), float(v[1])) for k, v in state["band_by_evidence"].items()}
+        model.trust_by_evidence_ = {k: float(v) for k, v in state.get("trust_by_evidence", {}).items()}
         model.base_features_ = list(state.get("base_features", []))
         model.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}
         model.booster_ = lgb.Booster(model_str=texts["main"])

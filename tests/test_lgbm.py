@@ -9,7 +9,7 @@ import pytest
 
 from leap.hardware import load_catalogue
 from predictor.dataset import Examples, build_examples, read_history
-from predictor.lgbm import LightGBMThroughput
+from predictor.lgbm import EVIDENCE, TRUST_GRID, LightGBMThroughput
 from predictor.metrics import summary
 from predictor.models import LookupTable, PriorTransfer
 from predictor.registry import Registry, RegistryError
@@ -82,3 +82,32 @@ def test_registry_current_and_rollback(tmp_path: Path, trained: tuple[LightGBMTh
 def test_unknown_feature_group_is_refused(examples: Examples) -> None:
     with pytest.raises(ValueError, match="unknown feature groups"):
         LightGBMThroughput(feature_groups=("config", "weather")).fit(examples.rows, examples.y)
+
+
+def test_base_ratio_to_the_same_hardware_is_one(trained: tuple[LightGBMThroughput, Examples]) -> None:
+    # The base stage re-evaluates a row on the job's prior hardware by swapping in that type's
+    # columns; a swap to the row's own hardware must change nothing, or some hardware-dependent
+    # column (a spec, a roofline term) is left behind.
+    model, holdout = trained
+    rows = {c: v[:200].copy() for c, v in holdout.rows.items()}
+    rows["prior_hw"] = rows["hardware"].copy()
+    rows["prior_other_log"] = np.zeros(200)
+    derived = model._with_base(rows)
+    known = np.array([h in model.hardware_specs_ for h in rows["hardware"]])
+    assert known.any()
+    np.testing.assert_array_equal(derived["base_ratio"][known], 0.0)
+
+
+def test_trust_scales_the_main_models_correction(trained: tuple[LightGBMThroughput, Examples]) -> None:
+    model, holdout = trained
+    assert set(model.trust_by_evidence_) <= set(EVIDENCE)
+    assert all(w in TRUST_GRID for w in model.trust_by_evidence_.values())
+    anchor, correction = model._anchor_and_correction(holdout.rows)
+    saved = dict(model.trust_by_evidence_)
+    try:
+        model.trust_by_evidence_ = dict.fromkeys(EVIDENCE, 0.0)
+        np.testing.assert_allclose(np.log(model.predict(holdout.rows)), anchor)
+        model.trust_by_evidence_ = dict.fromkeys(EVIDENCE, 1.0)
+        np.testing.assert_allclose(np.log(model.predict(holdout.rows)), anchor + correction)
+    finally:
+        model.trust_by_evidence_ = saved

@@ -80,3 +80,28 @@ def test_aliases_resolve_to_canonical_rows() -> None:
     a = build_rows(submission("j", 1), FeatureSnapshot(), ["H100"], CAT)
     b = build_rows(submission("j", 1), FeatureSnapshot(), ["H100-SXM"], CAT)
     _assert_rows_equal(a, b)
+
+
+def test_roofline_uses_the_peak_for_the_jobs_precision() -> None:
+    h100 = CAT.resolve("H100-SXM")
+    assert h100 is not None
+    bf16 = build_rows(submission("j", 1, precision="bf16"), FeatureSnapshot(), ["H100-SXM"], CAT)
+    fp32 = build_rows(submission("j", 1, precision="fp32"), FeatureSnapshot(), ["H100-SXM"], CAT)
+    assert math.exp(bf16["log_peak_at_precision"][0]) == pytest.approx(h100.peak_tflops)
+    assert math.exp(fp32["log_peak_at_precision"][0]) == pytest.approx(h100.peak_fp32_tflops)
+    # Same FLOPs at a lower peak: more compute time per step, the rest of the step unchanged.
+    assert fp32["log_step_compute"][0] - bf16["log_step_compute"][0] == pytest.approx(
+        math.log(h100.peak_tflops / h100.peak_fp32_tflops)
+    )
+    assert fp32["log_step_memory"][0] == bf16["log_step_memory"][0]
+
+
+def test_roofline_step_adds_its_terms() -> None:
+    sub = submission("j", 1)
+    rows = build_rows(sub, FeatureSnapshot(), ["A100-80GB", "T4"], CAT)
+    parts = np.exp(rows["log_step_compute"]) + np.exp(rows["log_step_memory"])
+    parts += np.where(np.isfinite(rows["log_step_comm"]), np.exp(rows["log_step_comm"]), 0.0)
+    np.testing.assert_allclose(np.exp(rows["log_step_estimate"]), parts)
+    per_accelerator_batch = sub.global_batch_size / sub.num_accelerators
+    np.testing.assert_allclose(np.exp(rows["log_roofline_step"]), per_accelerator_batch / parts)
+    assert rows["log_roofline_step"][0] > rows["log_roofline_step"][1]  # an A100 outruns a T4
