@@ -64,6 +64,21 @@ def evidence_level(rows: Rows) -> np.ndarray:
     return np.where(rows["prior_same_n"] > 0, 0, np.where(rows["prior_other_n"] > 0, 1, 2))
 
 
+def _predict_distinct(booster: lgb.Booster, x: np.ndarray, num_threads: int) -> np.ndarray:
+    """``booster.predict(x)``, evaluating each distinct row once.
+
+    Every candidate of a submission asks for the same configuration on the job's prior
+    hardware, so a serving batch holds each such row once per candidate.
+    """
+    rows = np.ascontiguousarray(x)
+    # Compare rows as raw bytes: NaNs (missing values) then match each other, unlike as floats.
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if len(first) == len(keys):
+        return np.asarray(booster.predict(rows, num_threads=num_threads))
+    return np.asarray(booster.predict(rows[first], num_threads=num_threads))[inverse.ravel()]
+
+
 def job_effects(residual: np.ndarray, groups: np.ndarray, shrink: float = 1.0) -> np.ndarray:
     """Each row's job effect: the mean residual of its job, shrunk towards 0 for jobs seen once."""
     keys, inverse = np.unique(groups, return_inverse=True)
@@ -186,8 +201,8 @@ class LightGBMThroughput(ThroughputModel):
                                             dtype=object if col in CATEGORICAL else np.float64)
             swapped["log_roofline"] = roofline_log(swapped["peak_tflops"], swapped["log_flops_per_sample"])
             swapped.update(roofline_columns(swapped))
-            base_prior[has_prior] = self.base_.predict(
-                self._matrix(swapped, self.base_features_), num_threads=self.predict_threads
+            base_prior[has_prior] = _predict_distinct(
+                self.base_, self._matrix(swapped, self.base_features_), self.predict_threads
             )
         ratio = base - base_prior
         return {**rows, "base_log": base, "base_transfer_log": rows["prior_other_log"] + ratio, "base_ratio": ratio}

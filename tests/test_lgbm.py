@@ -9,7 +9,7 @@ import pytest
 
 from leap.hardware import load_catalogue
 from predictor.dataset import Examples, build_examples, read_history
-from predictor.lgbm import EVIDENCE, TRUST_GRID, LightGBMThroughput
+from predictor.lgbm import EVIDENCE, TRUST_GRID, LightGBMThroughput, _predict_distinct
 from predictor.metrics import summary
 from predictor.models import LookupTable, PriorTransfer
 from predictor.registry import Registry, RegistryError
@@ -111,3 +111,14 @@ def test_trust_scales_the_main_models_correction(trained: tuple[LightGBMThroughp
         np.testing.assert_allclose(np.log(model.predict(holdout.rows)), anchor + correction)
     finally:
         model.trust_by_evidence_ = saved
+
+
+def test_distinct_rows_are_predicted_once_with_the_same_result(trained: tuple[LightGBMThroughput, Examples]) -> None:
+    model, holdout = trained
+    assert model.base_ is not None
+    x = model._matrix(holdout.rows, model.base_features_)[:50]
+    x[::7, 4] = np.nan  # missing values must still match their duplicates
+    repeated = np.concatenate([x, x[::-1], x[:5]])
+    np.testing.assert_array_equal(
+        _predict_distinct(model.base_, repeated, 1), model.base_.predict(repeated, num_threads=1)
+    )
