@@ -66,6 +66,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("weekly", "weekly retrain", "cadence", cadence_days=7),
     Variant("small", "small (15 leaves, 100 trees)", "size", (("num_leaves", 15), ("n_estimators", 100))),
     Variant("large", "large (255 leaves, 600 trees)", "size", (("num_leaves", 255), ("n_estimators", 600))),
+    Variant("constant_leaves", "base model with constant leaves", "size", (("base_linear", False),)),
     Variant("target_log", "target log(y)", "target", (("target", "log"),)),
     Variant("target_raw", "target raw y", "target", (("target", "raw"),)),
     Variant("lookup", "lookup table (baseline)", "baseline", baseline="lookup"),

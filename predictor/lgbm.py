@@ -254,7 +254,10 @@ class LightGBMThroughput(ThroughputModel):
                 self._matrix(fit_rows, self.base_features_), label=np.log(fit_y), feature_name=self.base_features_,
                 categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
             )
-            base_params = self._params(max(50, self.min_child_samples), leaves=2 * self.num_leaves)
+            # Linear leaves need fewer of them: twice the leaves, as constant leaves wanted, fit
+            # 60% slower and scored lower in the 30-day backtest (acc@10 0.662 against 0.666).
+            leaves = self.num_leaves if self.base_linear else 2 * self.num_leaves
+            base_params = self._params(max(50, self.min_child_samples), leaves=leaves)
             if self.base_linear:
                 base_params.update(linear_tree=True, linear_lambda=0.1)
             self.base_ = lgb.train(base_params, base_data, num_boost_round=self.n_estimators)
