@@ -172,13 +172,21 @@ def drivers_cmd(
     json_path: Annotated[Path, typer.Option("--json", help="Where to write the JSON results.")] = Path("drivers.json"),
     report: Annotated[Path | None, typer.Option("--report", help="Folder for the PNG plot.")] = None,
     days: Annotated[int, typer.Option(min=2, help="Evaluation days per variant.")] = 7,
+    variants: Annotated[str | None, typer.Option(
+        help="Comma-separated variant keys to run (the default model always runs); all by default.",
+    )] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="Worker processes fitting models in parallel.")] = 2,
 ) -> None:
     """What moves accuracy: feature groups, window, cadence, model size, target transform."""
-    from predictor.drivers import drivers, plot_drivers
+    from predictor.drivers import VARIANTS, drivers, plot_drivers
 
+    chosen = [k.strip() for k in variants.split(",") if k.strip()] if variants is not None else None
+    unknown = sorted(set(chosen or ()) - {v.key for v in VARIANTS})
+    if unknown:
+        raise _fail(f"unknown variants {unknown}; known: {', '.join(v.key for v in VARIANTS)}")
     _check_history(history)
     try:
-        result = drivers(history, days=days, progress=console)
+        result = drivers(history, days=days, progress=console, variants=chosen, jobs=jobs)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     json_path.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())

@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from fleet.history import simulate, write_history
+from leap.cli import app
 from leap.hardware import load_catalogue
 from predictor.dataset import build_examples, read_history
 from predictor.drivers import VARIANTS, drivers, plot_drivers
@@ -63,3 +65,9 @@ def test_plot(result: dict[str, Any], tmp_path: Path) -> None:
 def test_unknown_variant(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown variants"):
         drivers(tmp_path, variants=["bogus"])
+
+
+def test_cli_refuses_an_unknown_variant_before_reading_anything(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["drivers", "--history", str(tmp_path), "--variants", "small,bogus"])
+    assert res.exit_code != 0
+    assert "unknown variants ['bogus']" in res.output and "constant_leaves" in res.output
