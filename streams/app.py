@@ -23,7 +23,7 @@ from leap.settings import Settings
 from streams import metrics
 from streams.deadletter import dead_letter
 from streams.events import Event, EventError, JobFinish, JobStart
-from streams.topics import ALL_TOPICS, DEAD_LETTER, JOB_FINISHES, JOB_STARTS
+from streams.topics import ALL_TOPICS, DEAD_LETTER, JOB_FINISHES, JOB_STARTS, consumer_group
 
 log = logging.getLogger("leap.streams")
 
@@ -54,7 +54,7 @@ def _credentials(settings: Settings) -> Any:
 def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust.TopicT]]:
     """A Faust app for one worker role, with a raw-bytes channel per LEAP topic."""
     app = faust.App(
-        f"leap-{role}",
+        consumer_group(role),
         broker=[f"kafka://{hp}" for hp in settings.kafka_bootstrap.split(",")],
         broker_credentials=_credentials(settings),
         store="memory://",

@@ -41,6 +41,29 @@ ALL_TOPICS: tuple[Topic, ...] = (SUBMISSIONS, JOB_STARTS, JOB_FINISHES, RANKINGS
 CURRENT_MODEL_KEY = b"current"
 
 
+def consumer_group(role: str) -> str:
+    """The consumer group of a worker role (each role is its own group)."""
+    return f"leap-{role}"
+
+
+def skip_to_end(settings: Settings, group: str, topics: tuple[str, ...], timeout: float = 10.0) -> int:
+    """Commit the end of every partition of ``topics`` for ``group``, skipping its backlog.
+
+    The group's workers must be stopped: they resume with whatever arrives next. Returns how
+    many offsets the group moved past (from 0 on partitions where it had committed nothing).
+    """
+    consumer = Consumer(settings.confluent_config(**{"group.id": group, "enable.auto.commit": False}))
+    try:
+        ends = end_offsets(consumer, topics, timeout)
+        parts = [TopicPartition(t, p) for t, p in ends]
+        committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(parts, timeout=timeout)}
+        skipped = sum(end - max(committed[key], 0) for key, end in ends.items())
+        consumer.commit(offsets=[TopicPartition(t, p, end) for (t, p), end in ends.items()], asynchronous=False)
+        return skipped
+    finally:
+        consumer.close()
+
+
 def end_offsets(consumer: Consumer, topics: tuple[str, ...], timeout: float = 10.0) -> dict[tuple[str, int], int]:
     """High watermark of every partition of ``topics`` now, keyed by (topic, partition)."""
     return {

@@ -43,6 +43,32 @@ def throwaway_topic(settings: Settings, running_services: dict[str, Any]) -> Ite
 
 
 @integration
+def test_skip_to_end_moves_a_group_past_its_backlog(settings: Settings, throwaway_topic: str) -> None:
+    from streams.topics import skip_to_end
+
+    producer = Producer(settings.confluent_config(acks="all"))
+    for i in range(5):
+        producer.produce(throwaway_topic, value=b"old %d" % i)
+    assert producer.flush(30) == 0
+    group = f"leap-test-{uuid.uuid4().hex[:8]}"
+    assert skip_to_end(settings, group, (throwaway_topic,)) == 5
+    assert skip_to_end(settings, group, (throwaway_topic,)) == 0  # nothing new since
+    producer.produce(throwaway_topic, value=b"new")
+    assert producer.flush(30) == 0
+    consumer = Consumer(settings.confluent_config(**{"group.id": group, "auto.offset.reset": "earliest"}))
+    try:
+        consumer.subscribe([throwaway_topic])
+        deadline, received = time.monotonic() + 60, None
+        while received is None and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                received = msg.value()
+        assert received == b"new"  # the five old messages were skipped
+    finally:
+        consumer.close()
+
+
+@integration
 def test_up_reports_both_services(running_services: dict[str, Any]) -> None:
     assert set(running_services) == {"kafka", "redis"}
     for name in ("kafka", "redis"):
