@@ -6,8 +6,16 @@ submission. Rows are built once for the whole history (they are point-in-time by
 construction); only the models change from night to night.
 
 Models scored side by side: ``lightgbm``, ``lookup``, ``transfer`` and, where the history has
-the simulator's oracle table, ``oracle`` (the noise-free expected throughput: the best any
-model could do). Top-1 and regret use a sample of attempts with every candidate's rows.
+the simulator's oracle table, two references that no model can beat:
+
+* ``oracle``: the noise-free expected throughput, which includes the job's own speed factor;
+* ``ceiling``: the best a predictor can do *at submission time*: it knows the simulator's law
+  exactly (every hardware type's noise-free throughput, input caps included) but of the job's
+  own speed factor only what its history reveals. Own measurement on this hardware: that
+  measurement; only elsewhere: that measurement times the law's exact ratio; no history: the
+  law with the median factor (1). Acc@10 and MAPE only.
+
+Top-1 and regret use a sample of attempts with every candidate's rows.
 """
 
 from __future__ import annotations
@@ -20,19 +28,48 @@ import numpy as np
 from features.rows import Rows
 from leap.hardware import Catalogue, load_catalogue
 from predictor.dataset import DAY, Examples, History, build_examples, read_history
+from predictor.lgbm import EVIDENCE, evidence_level
 from predictor.metrics import regret, summary, top1
 from predictor.models import LookupTable, PriorTransfer, ThroughputModel
 from predictor.training import day_text, fit_model
 
 METRICS = ("acc@10", "acc@20", "mape", "top1", "regret")
+#: Scored side by side, in the order tables list them.
+METHODS = ("lightgbm", "transfer", "lookup", "oracle", "ceiling")
 
 
-def _oracle_map(history: History) -> dict[tuple[str, str], float]:
+def _oracle_map(history: History, column: str = "oracle_throughput") -> dict[tuple[str, str], float]:
+    """``(attempt_id, hardware) -> column`` of the simulator's oracle table (empty without one)."""
     if history.oracle is None:
         return {}
     o = history.oracle
     return dict(zip(zip(o.column("attempt_id").to_pylist(), o.column("hardware").to_pylist(), strict=True),
-                    o.column("oracle_throughput").to_pylist(), strict=True))
+                    o.column(column).to_pylist(), strict=True))
+
+
+def ceiling_predictions(test: Examples, oracle: dict[tuple[str, str], float],
+                        factor: dict[tuple[str, str], float], cap: dict[tuple[str, str], float]) -> np.ndarray:
+    """Per-accelerator predictions of the submission-time ceiling (see the module docstring).
+
+    ``oracle``, ``factor`` and ``cap`` map ``(attempt_id, hardware)`` to the oracle table's
+    whole-job noise-free throughput, the job's speed factor and its input cap (NaN: none).
+    """
+    def look(table: dict[tuple[str, str], float], hardware: np.ndarray) -> np.ndarray:
+        return np.array([np.nan if (v := table.get((a, h))) is None else v
+                         for a, h in zip(test.attempt_id, hardware, strict=True)], dtype=np.float64)
+
+    rows = test.rows
+    here, there = look(oracle, test.hardware), look(oracle, rows["prior_hw"])
+    job_factor, job_cap = look(factor, test.hardware), look(cap, test.hardware)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # The oracle is min(law x factor, cap). Below the cap the law is oracle / factor (and
+        # the cap still bounds it); at the cap the law's own value is unknown: guess the cap.
+        capped = here >= job_cap * 0.999
+        cold = np.where(capped, job_cap, np.fmin(here / job_factor, job_cap)) / test.num_accelerators
+        # Priors are per accelerator on the job's own configuration, so the law's ratio of
+        # whole-job throughputs carries them across hardware.
+        return np.where(rows["prior_same_n"] > 0, np.exp(rows["prior_same_log"]),
+                        np.where(rows["prior_other_n"] > 0, np.exp(rows["prior_other_log"]) * here / there, cold))
 
 
 def _pick_metrics(models: dict[str, ThroughputModel | None], ex: Examples, oracle: dict[tuple[str, str], float],
@@ -60,7 +97,9 @@ def _pick_metrics(models: dict[str, ThroughputModel | None], ex: Examples, oracl
     for name, model in models.items():
         pred_m = np.full((k, len(names)), np.nan)
         for i, (rows, cols, true) in enumerate(samples):
-            pred_m[i, cols] = true if model is None else model.predict(rows)
+            # A candidate the model cannot predict scores 0 (never chosen over one it can), so
+            # a row without any prediction falls to a candidate, never to a non-candidate.
+            pred_m[i, cols] = true if model is None else np.nan_to_num(model.predict(rows), nan=0.0)
         out[name] = {"top1": top1(pred_m, true_m, price_m), "regret": regret(pred_m, true_m, price_m)}
     return out
 
@@ -89,6 +128,7 @@ def backtest(
         history, ex = examples
         first_test = history.last_day - (days - 1) * DAY
     oracle = _oracle_map(history)
+    factor, cap = _oracle_map(history, "job_factor"), _oracle_map(history, "input_cap")
     per_day: list[dict[str, Any]] = []
     # LightGBM's errors on every scored attempt, for the by-hardware and by-family breakdowns.
     errors: dict[str, list[Any]] = {"hardware": [], "family": [], "pred": [], "actual": []}
@@ -103,9 +143,11 @@ def backtest(
             "lightgbm": model, "lookup": LookupTable(), "transfer": PriorTransfer(),
         }
         row: dict[str, Any] = {"day": day_text(day), "train_rows": len(train), "test_rows": len(test)}
+        level = evidence_level(test.rows)
+        preds: dict[str, np.ndarray] = {}
         for name, m in models.items():
             assert m is not None
-            pred = m.predict(test.rows)
+            pred = preds[name] = m.predict(test.rows)
             row[name] = summary(pred, test.y)
             if name == "lightgbm":
                 errors["hardware"].extend(test.rows["hardware"].tolist())
@@ -116,18 +158,33 @@ def backtest(
             orc = np.array([oracle.get((a, h), np.nan) for a, h in zip(test.attempt_id, test.hardware, strict=True)])
             row["oracle"] = summary(orc / test.num_accelerators, test.y)
             models["oracle"] = None
+            preds["oracle"] = orc / test.num_accelerators
+            preds["ceiling"] = ceiling_predictions(test, oracle, factor, cap)
+            row["ceiling"] = summary(preds["ceiling"], test.y)
+        row["by_evidence"] = {
+            name: {"share": float(np.mean(level == k)),
+                   **{n: summary(p[level == k], test.y[level == k])["acc@10"] for n, p in preds.items()}}
+            for k, name in enumerate(EVIDENCE)
+        }
         for name, picks in _pick_metrics(models, test, oracle, catalogue).items():
             row[name].update(picks)
         per_day.append(row)
         if progress is not None:
             progress.print(f"{row['day']}: train {len(train)} test {len(test)}  acc@10 " + "  ".join(
-                f"{n} {row[n]['acc@10']:.3f}" for n in ("lightgbm", "transfer", "lookup", "oracle") if n in row))
+                f"{n} {row[n]['acc@10']:.3f}" for n in METHODS if n in row))
     if not per_day:
         raise ValueError("no day had both training and test examples")
-    names = [n for n in ("lightgbm", "lookup", "transfer", "oracle") if n in per_day[0]]
-    mean = {n: {m: float(np.nanmean([r[n].get(m, np.nan) for r in per_day])) for m in METRICS} for n in names}
+    names = [n for n in METHODS if n in per_day[0]]
+    mean = {n: {m: float(np.nanmean([r[n][m] for r in per_day])) for m in METRICS if m in per_day[0][n]}
+            for n in names}
+    by_evidence = {
+        level: {key: float(np.nanmean([r["by_evidence"][level][key] for r in per_day]))
+                for key in per_day[0]["by_evidence"][level]}
+        for level in EVIDENCE
+    }
     wins = sum(r["lightgbm"]["acc@10"] > r["transfer"]["acc@10"] for r in per_day)
-    return {"days": len(per_day), "window_days": window_days, "mean": mean, "per_day": per_day,
+    return {"days": len(per_day), "window_days": window_days, "mean": mean, "by_evidence": by_evidence,
+            "per_day": per_day,
             "lightgbm_beats_transfer_days": wins, "data_hash": history.digest,
             "lightgbm_by_hardware": _breakdown(errors, "hardware"), "lightgbm_by_family": _breakdown(errors, "family"),
             "lightgbm_sample": _sample(errors, 3000)}
@@ -155,7 +212,7 @@ def plot_report(result: dict[str, Any], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     per_day = result["per_day"]
     days = [r["day"][5:] for r in per_day]
-    names = [n for n in ("lightgbm", "transfer", "lookup", "oracle") if n in per_day[0]]
+    names = [n for n in METHODS if n in per_day[0]]
     fig, ax = plt.subplots(figsize=(10, 4.5))
     for n in names:
         ax.plot(days, [r[n]["acc@10"] for r in per_day], marker="o", ms=3, label=n)

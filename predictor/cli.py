@@ -164,7 +164,19 @@ def backtest_cmd(
     if report is not None:
         plot_report(result, report)
     _print_metrics(result["mean"], f"mean over {result['days']} nightly retrains")
+    _print_by_evidence(result["by_evidence"])
     console.print(f"written {json_path}" + (f" and plots in {report}" if report else ""))
+
+
+def _print_by_evidence(by_evidence: dict[str, dict[str, float]]) -> None:
+    table = Table(title="acc@10 by what the job's history holds for the candidate")
+    names = [n for n in next(iter(by_evidence.values())) if n != "share"]
+    for col in ("history", "share", *names):
+        table.add_column(col)
+    labels = {"same": "ran on this hardware", "other": "ran elsewhere only", "none": "no history"}
+    for level, values in by_evidence.items():
+        table.add_row(labels.get(level, level), f"{values['share']:.2f}", *(f"{values[n]:.3f}" for n in names))
+    console.print(table)
 
 
 def drivers_cmd(
