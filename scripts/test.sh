@@ -36,7 +36,7 @@ run_step() {
 run_step ruff ruff check .
 
 packages=()
-for pkg in leap streams features predictor fleet dashboard bench; do
+for pkg in leap streams features predictor fleet dashboard bench tests; do
   # mypy refuses a folder without Python files; skip packages that are still empty
   if [ -n "$(find "$pkg" -name '*.py' -print -quit 2>/dev/null)" ]; then
     packages+=("$pkg")

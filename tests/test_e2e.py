@@ -94,7 +94,7 @@ def _expected_state(finishes: list[dict[str, Any]]) -> tuple[dict[str, dict[str,
             window, med = _median_window(entries, JOB_WINDOW)
             state[hw] = (len(entries), window[-1][0], window[-1][2], med)
         jobs[job] = state
-    aggs = {}
+    aggs: dict[str, dict[str, Any]] = {}
     for agg, by_hw in per_agg.items():
         aggs[agg] = {}
         for hw, entries in by_hw.items():
@@ -103,10 +103,14 @@ def _expected_state(finishes: list[dict[str, Any]]) -> tuple[dict[str, dict[str,
     return jobs, aggs
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _read_job(rds: redis.Redis, key: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field, value in rds.hgetall(key).items():
-        name, text = field.decode(), value.decode()
+        name, text = _text(field), _text(value)
         if name.startswith("_"):
             if name in ("_completed", "_failed", "_preempted"):
                 out[name] = int(text)
@@ -173,7 +177,7 @@ def test_end_to_end(settings: Settings, worker: WorkerProcess, rds: redis.Redis,
         for agg, by_hw in expected_aggs.items():
             kind, name = agg.split(":", 1)
             key = layout.lookup_model(name) if kind == "m" else layout.lookup_family(name)
-            stored = {k.decode(): v.decode().split(",") for k, v in rds.hgetall(key).items()}
+            stored = {_text(k): _text(v).split(",") for k, v in rds.hgetall(key).items()}
             assert {hw: (int(n), float(m)) for hw, (n, m) in stored.items()} == by_hw
 
         for i, s in enumerate(subs):

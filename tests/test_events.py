@@ -12,6 +12,7 @@ import pytest
 from streams.events import (
     EVENT_TYPES,
     MAX_EVENT_BYTES,
+    Event,
     EventError,
     JobFinish,
     Submission,
@@ -94,7 +95,7 @@ def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
 
 
 @pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.NAME)
-def test_published_schema_matches_code(cls: type) -> None:
+def test_published_schema_matches_code(cls: type[Event]) -> None:
     path = SCHEMAS / f"{cls.NAME}.schema.json"
     assert json.loads(path.read_text()) == json_schema(cls), "run `leap schemas` and commit the result"
 
