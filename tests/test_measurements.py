@@ -93,6 +93,30 @@ def test_training_rows_changes_do_move_predictions(small: Path) -> None:
     assert not np.allclose(before["lookup"], after["lookup"])
 
 
+def test_new_workload_blends_trees_with_transfer(small: Path) -> None:
+    """A held-out workload gets transfer x (trees / transfer) ** w, w from the trust grid."""
+    t = m.load_table(small)
+    cfg = m.config_ids(t)
+    pairs = m.build_pairs(t, cfg)
+    space = m.FeatureSpace.build(t)
+    test_rows = next(iter(m.folds(t, cfg, "leave_one_workload_out", seed=0)))
+    test, preds = m.fold_predictions(t, pairs, test_rows, space)
+    train = np.flatnonzero(~test_rows[pairs.row])
+    keep = [k for k, n in enumerate(space.names) if n not in m.DEFAULT_EXCLUDE]
+    names = [space.names[k] for k in keep]
+    trees = m._fit_predict(
+        space.matrix(t, pairs, train)[:, keep],
+        np.log(t.throughput[pairs.row[train]] / pairs.prior[train]),
+        space.matrix(t, pairs, test)[:, keep], names, [n for n in space.categorical if n in names], 0,
+    ) + np.log(pairs.prior[test])
+    transfer = np.log(preds["transfer"])
+    w = (np.log(preds["lightgbm"]) - transfer) / (trees - transfer)
+    moved = np.abs(trees - transfer) > 1e-6
+    assert moved.any()
+    assert np.allclose(w[moved], w[moved][0], atol=1e-6)  # one weight for the whole fold
+    assert min(abs(w[moved][0] - g) for g in m.TRUST_GRID) < 1e-6
+
+
 def test_evaluate_and_cli_json_shape(small: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     res = CliRunner().invoke(m.app, [str(small), "--json", str(out)])
