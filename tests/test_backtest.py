@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
+from typer.testing import CliRunner
 
 from fleet.history import simulate, write_history
+from leap.cli import app
 from predictor.backtest import METHODS, ceiling_predictions, plot_report
 from predictor.backtest import backtest as run_backtest
 from predictor.dataset import Examples
@@ -18,10 +21,15 @@ SMALL = {"num_leaves": 15, "n_estimators": 60}
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("hist")
     write_history(simulate(seed=3, days=8, attempts_per_day=600), folder)
-    return run_backtest(folder, days=2, params=SMALL)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def result(history: Path) -> dict[str, Any]:
+    return run_backtest(history, days=2, params=SMALL)
 
 
 def test_shape(result: dict[str, Any]) -> None:
@@ -81,3 +89,19 @@ def test_plot_report(result: dict[str, Any], tmp_path: Path) -> None:
     paths = plot_report(result, tmp_path)
     assert {p.name for p in paths} >= {"accuracy_per_day.png", "predicted_vs_actual.png"}
     assert all(p.stat().st_size > 5000 for p in paths)
+
+
+def test_cli_writes_json_and_prints_tables(history: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bt.json"
+    res = CliRunner().invoke(app, ["backtest", "--history", str(history), "--days", "1", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = orjson.loads(out.read_bytes())
+    assert doc["days"] == 1 and set(doc["mean"]) == set(METHODS)
+    assert "ceiling" in res.output and "no history" in res.output
+
+
+def test_cli_refuses_a_history_too_short(history: Path, tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["backtest", "--history", str(history), "--days", "30",
+                                   "--json", str(tmp_path / "x.json")])
+    assert res.exit_code != 0
+    assert "too short" in res.output
