@@ -13,13 +13,14 @@ the simulator's oracle table, two references that no model can beat:
   exactly (every hardware type's noise-free throughput, input caps included) but of the job's
   own speed factor only what its history reveals. Own measurement on this hardware: that
   measurement; only elsewhere: that measurement times the law's exact ratio; no history: the
-  law with the median factor (1). Acc@10 and MAPE only.
+  law with the median factor (1).
 
 Top-1 and regret use a sample of attempts with every candidate's rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from predictor.lgbm import EVIDENCE, evidence_level
 from predictor.metrics import regret, summary, top1
 from predictor.models import LookupTable, PriorTransfer, ThroughputModel
 from predictor.training import day_text, fit_model
+from streams.events import Submission
 
 METRICS = ("acc@10", "acc@20", "mape", "top1", "regret")
 #: Scored side by side, in the order tables list them.
@@ -47,8 +49,9 @@ def _oracle_map(history: History, column: str = "oracle_throughput") -> dict[tup
                     o.column(column).to_pylist(), strict=True))
 
 
-def ceiling_predictions(test: Examples, oracle: dict[tuple[str, str], float],
-                        factor: dict[tuple[str, str], float], cap: dict[tuple[str, str], float]) -> np.ndarray:
+def ceiling_predictions(rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray,
+                        oracle: dict[tuple[str, str], float], factor: dict[tuple[str, str], float],
+                        cap: dict[tuple[str, str], float]) -> np.ndarray:
     """Per-accelerator predictions of the submission-time ceiling (see the module docstring).
 
     ``oracle``, ``factor`` and ``cap`` map ``(attempt_id, hardware)`` to the oracle table's
@@ -56,23 +59,27 @@ def ceiling_predictions(test: Examples, oracle: dict[tuple[str, str], float],
     """
     def look(table: dict[tuple[str, str], float], hardware: np.ndarray) -> np.ndarray:
         return np.array([np.nan if (v := table.get((a, h))) is None else v
-                         for a, h in zip(test.attempt_id, hardware, strict=True)], dtype=np.float64)
+                         for a, h in zip(attempt_id, hardware, strict=True)], dtype=np.float64)
 
-    rows = test.rows
-    here, there = look(oracle, test.hardware), look(oracle, rows["prior_hw"])
-    job_factor, job_cap = look(factor, test.hardware), look(cap, test.hardware)
+    here, there = look(oracle, rows["hardware"]), look(oracle, rows["prior_hw"])
+    job_factor, job_cap = look(factor, rows["hardware"]), look(cap, rows["hardware"])
     with np.errstate(divide="ignore", invalid="ignore"):
         # The oracle is min(law x factor, cap). Below the cap the law is oracle / factor (and
         # the cap still bounds it); at the cap the law's own value is unknown: guess the cap.
         capped = here >= job_cap * 0.999
-        cold = np.where(capped, job_cap, np.fmin(here / job_factor, job_cap)) / test.num_accelerators
+        cold = np.where(capped, job_cap, np.fmin(here / job_factor, job_cap)) / num_accelerators
         # Priors are per accelerator on the job's own configuration, so the law's ratio of
         # whole-job throughputs carries them across hardware.
         return np.where(rows["prior_same_n"] > 0, np.exp(rows["prior_same_log"]),
                         np.where(rows["prior_other_n"] > 0, np.exp(rows["prior_other_log"]) * here / there, cold))
 
 
-def _pick_metrics(models: dict[str, ThroughputModel | None], ex: Examples, oracle: dict[tuple[str, str], float],
+#: What :func:`_pick_metrics` scores: a model, the truth itself (``None``), or a function of the
+#: attempt and its candidates' rows (the ceiling, which needs the attempt's oracle entries).
+Picker = ThroughputModel | None | Callable[[Submission, Rows], np.ndarray]
+
+
+def _pick_metrics(models: dict[str, Picker], ex: Examples, oracle: dict[tuple[str, str], float],
                   catalogue: Catalogue) -> dict[str, dict[str, float]]:
     """Top-1 and regret on the sampled attempts that have every candidate's row and oracle."""
     names = catalogue.names()
@@ -80,26 +87,30 @@ def _pick_metrics(models: dict[str, ThroughputModel | None], ex: Examples, oracl
     prices = np.array([catalogue.price(n) or np.nan for n in names])
     # Per-accelerator throughput against per-accelerator price: the accelerator count is the
     # same for every candidate of one attempt, so it cancels out of the choice.
-    samples: list[tuple[Rows, list[int], np.ndarray]] = []
+    samples: list[tuple[Submission, Rows, list[int], np.ndarray]] = []
     for sub, rows in ex.full.values():
         found = [oracle.get((sub.attempt_id, h)) for h in rows["hardware"]]
         if all(t is not None and t > 0 for t in found) and all(h in col for h in rows["hardware"]):
             true = np.array(found, dtype=np.float64) / sub.num_accelerators
-            samples.append((rows, [col[h] for h in rows["hardware"]], true))
+            samples.append((sub, rows, [col[h] for h in rows["hardware"]], true))
     out: dict[str, dict[str, float]] = {}
     if not samples:
         return out
     k = len(samples)
     true_m = np.full((k, len(names)), 1e-300)  # non-candidates: never the best, never chosen
     price_m = np.tile(np.where(np.isfinite(prices), prices, 1.0), (k, 1))
-    for i, (_, cols, true) in enumerate(samples):
+    for i, (_, _, cols, true) in enumerate(samples):
         true_m[i, cols] = true
     for name, model in models.items():
         pred_m = np.full((k, len(names)), np.nan)
-        for i, (rows, cols, true) in enumerate(samples):
+        for i, (sub, rows, cols, true) in enumerate(samples):
+            if model is None:
+                pred = true
+            else:
+                pred = model.predict(rows) if isinstance(model, ThroughputModel) else model(sub, rows)
             # A candidate the model cannot predict scores 0 (never chosen over one it can), so
             # a row without any prediction falls to a candidate, never to a non-candidate.
-            pred_m[i, cols] = true if model is None else np.nan_to_num(model.predict(rows), nan=0.0)
+            pred_m[i, cols] = np.nan_to_num(pred, nan=0.0)
         out[name] = {"top1": top1(pred_m, true_m, price_m), "regret": regret(pred_m, true_m, price_m)}
     return out
 
@@ -139,14 +150,14 @@ def backtest(
         if len(train) == 0 or len(test) == 0:
             continue
         model = fit_model(train, params)
-        models: dict[str, ThroughputModel | None] = {
+        models: dict[str, Picker] = {
             "lightgbm": model, "lookup": LookupTable(), "transfer": PriorTransfer(),
         }
         row: dict[str, Any] = {"day": day_text(day), "train_rows": len(train), "test_rows": len(test)}
         level = evidence_level(test.rows)
         preds: dict[str, np.ndarray] = {}
         for name, m in models.items():
-            assert m is not None
+            assert isinstance(m, ThroughputModel)
             pred = preds[name] = m.predict(test.rows)
             row[name] = summary(pred, test.y)
             if name == "lightgbm":
@@ -159,7 +170,11 @@ def backtest(
             row["oracle"] = summary(orc / test.num_accelerators, test.y)
             models["oracle"] = None
             preds["oracle"] = orc / test.num_accelerators
-            preds["ceiling"] = ceiling_predictions(test, oracle, factor, cap)
+            preds["ceiling"] = ceiling_predictions(test.rows, test.attempt_id, test.num_accelerators,
+                                                   oracle, factor, cap)
+            models["ceiling"] = lambda sub, rows: ceiling_predictions(
+                rows, np.full(len(rows["hardware"]), sub.attempt_id, dtype=object),
+                np.full(len(rows["hardware"]), float(sub.num_accelerators)), oracle, factor, cap)
             row["ceiling"] = summary(preds["ceiling"], test.y)
         row["by_evidence"] = {
             name: {"share": float(np.mean(level == k)),
