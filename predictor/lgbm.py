@@ -34,6 +34,7 @@ import lightgbm as lgb
 import numpy as np
 
 from features.rows import CATEGORICAL, GROUPS, ROOFLINE_COLUMNS, Rows, roofline_columns, roofline_log
+from predictor.metrics import best_weight
 from predictor.models import BAND_QUANTILES, ThroughputModel, first_finite
 
 #: Anchor candidates in order of preference, each with the feature group it needs.
@@ -56,7 +57,6 @@ HARDWARE_COLUMNS = tuple(
 DERIVED = ("base_log", "base_transfer_log", "base_ratio")
 TARGETS = ("residual", "log", "raw")
 EVIDENCE = ("same", "other", "none")
-TRUST_GRID = tuple(k / 10 for k in range(11))
 
 
 def evidence_level(rows: Rows) -> np.ndarray:
@@ -296,9 +296,7 @@ class LightGBMThroughput(ThroughputModel):
             sel = (level == k) & np.isfinite(anchor) & (y > 0)
             if sel.sum() < 100 or self.target != "residual":
                 continue
-            rel = np.abs(np.exp(anchor[sel, None] + correction[sel, None] * np.array(TRUST_GRID)) / y[sel, None] - 1)
-            hits = (rel <= 0.1).sum(axis=0)
-            self.trust_by_evidence_[name] = TRUST_GRID[int(np.flatnonzero(hits == hits.max())[-1])]
+            self.trust_by_evidence_[name] = best_weight(anchor[sel], correction[sel], y[sel])
 
     def _calibrate_band(self, rows: Rows, y: np.ndarray) -> None:
         residual = np.log(y) - self._predict_log(rows)

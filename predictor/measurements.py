@@ -37,7 +37,7 @@ import orjson
 import typer
 
 from leap.hardware import SPEC_FEATURES, Catalogue, load_catalogue
-from predictor.metrics import summary
+from predictor.metrics import best_weight, summary
 
 REQUIRED_COLUMNS = ("workload", "hardware", "num_accelerators", "global_batch_size", "throughput")
 OPTIONAL_NUMERIC = ("params", "seq_len")
@@ -72,7 +72,6 @@ LGB_ROUNDS = 400
 #: the comparison that picked the default.
 TARGETS = ("ratio", "log")
 DEFAULT_TARGET = "ratio"
-TRUST_GRID = tuple(k / 10 for k in range(11))
 
 #: Features left out by default. With a ratio target the prior's absolute level mostly encodes
 #: the workload's unit (images/s vs tokens/s) and lets trees memorise workloads; leaving it out
@@ -468,9 +467,7 @@ def new_workload_trust(t: Table, pairs: Pairs, train: IntArray, x_train: FloatAr
         base.append(np.log(predict_transfer(t, pairs, train[~inner], train[inner])))
         actual.append(np.log(t.throughput[pairs.row[train[inner]]]))
     tr, ba, ac = np.concatenate(trees), np.concatenate(base), np.concatenate(actual)
-    grid = np.array(TRUST_GRID)
-    hits = (np.abs(np.exp(ba[:, None] + grid * (tr - ba)[:, None] - ac[:, None]) - 1) <= 0.1).sum(axis=0)
-    return float(grid[int(np.flatnonzero(hits == hits.max())[-1])])
+    return best_weight(ba, tr - ba, np.exp(ac))
 
 
 # --------------------------------------------------------------------------- protocol

@@ -204,3 +204,18 @@ def regret(pred: ArrayLike, true: ArrayLike, price: ArrayLike | None = None) -> 
     picked = tv[np.arange(tv.shape[0]), chosen]
     # cost per unit of work = 1 / throughput-per-dollar
     return float(np.mean(tv.max(axis=1) / picked - 1.0))
+
+
+#: Weights :func:`best_weight` chooses from.
+TRUST_GRID: tuple[float, ...] = tuple(k / 10 for k in range(11))
+
+
+def best_weight(base_log: ArrayLike, departure: ArrayLike, actual: ArrayLike) -> float:
+    """The weight ``w`` in :data:`TRUST_GRID` for which ``exp(base_log + w x departure)`` has
+    the best acc@10 against ``actual``; the largest such ``w`` on a tie.
+
+    How much of a model's correction to an anchor to keep, chosen on held-out rows.
+    """
+    b, d, y = (np.asarray(x, dtype=np.float64)[:, None] for x in (base_log, departure, actual))
+    hits = (np.abs(np.exp(b + d * np.array(TRUST_GRID)) / y - 1) <= 0.1).sum(axis=0)
+    return TRUST_GRID[int(np.flatnonzero(hits == hits.max())[-1])]

@@ -9,8 +9,8 @@ import pytest
 
 from leap.hardware import load_catalogue
 from predictor.dataset import Examples, build_examples, read_history
-from predictor.lgbm import EVIDENCE, TRUST_GRID, LightGBMThroughput, _predict_distinct
-from predictor.metrics import summary
+from predictor.lgbm import EVIDENCE, LightGBMThroughput, _predict_distinct
+from predictor.metrics import TRUST_GRID, summary
 from predictor.models import LookupTable, PriorTransfer
 from predictor.registry import Registry, RegistryError
 from predictor.training import fit_model, split

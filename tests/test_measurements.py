@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from predictor import measurements as m
+from predictor.metrics import TRUST_GRID
 
 ROOT = Path(__file__).resolve().parent.parent
 GAVEL = ROOT / "data" / "measurements" / "gavel.csv"
@@ -114,7 +115,7 @@ def test_new_workload_blends_trees_with_transfer(small: Path) -> None:
     moved = np.abs(trees - transfer) > 1e-6
     assert moved.any()
     assert np.allclose(w[moved], w[moved][0], atol=1e-6)  # one weight for the whole fold
-    assert min(abs(w[moved][0] - g) for g in m.TRUST_GRID) < 1e-6
+    assert min(abs(w[moved][0] - g) for g in TRUST_GRID) < 1e-6
 
 
 def test_evaluate_and_cli_json_shape(small: Path, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from predictor.metrics import acc_at, mape, regret, relative_errors, summary, top1
+from predictor.metrics import TRUST_GRID, acc_at, best_weight, mape, regret, relative_errors, summary, top1
 
 
 def test_relative_errors_by_hand() -> None:
@@ -71,3 +71,16 @@ def test_top1_nan_prediction_never_chosen_and_ties_are_hits() -> None:
 def test_regret_needs_full_truth() -> None:
     with pytest.raises(ValueError):
         regret([[1.0, 2.0]], [[1.0, np.nan]])
+
+
+def test_best_weight_keeps_a_correction_only_as_far_as_it_helps() -> None:
+    actual = np.full(10, 100.0)
+    up = np.full(10, math.log(1.25))
+    # 20% low, corrected by exactly x1.25: within 10% from w = 0.6 up; the largest w wins.
+    assert best_weight(np.log(np.full(10, 80.0)), up, actual) == 1.0
+    # Already right, and the correction goes the wrong way: keep none of it.
+    assert best_weight(np.log(np.full(10, 95.0)), np.full(10, -1.0), actual) == 0.0
+    # Half 20% low (hit from w = 0.6), half 10% low (overshoot beyond w = 0.8): 0.8 serves both.
+    mixed = np.log(np.r_[np.full(5, 80.0), np.full(5, 90.0)])
+    assert best_weight(mixed, up, actual) == 0.8
+    assert 0.8 in TRUST_GRID
