@@ -61,6 +61,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("no_hardware", "no hardware specs", "features", _groups("hardware")),
     Variant("no_config", "no configuration", "features", _groups("config")),
     Variant("no_lookup", "no lookup medians", "features", _groups("lookup")),
+    Variant("no_learned_roofline", "no learned roofline", "features", (("learned_roofline", False),)),
     Variant("window_7", "window 7 d", "window", window_days=7),
     Variant("window_60", "window 60 d", "window", window_days=60),
     Variant("weekly", "weekly retrain", "cadence", cadence_days=7),

@@ -36,6 +36,7 @@ import numpy as np
 from features.rows import CATEGORICAL, GROUPS, ROOFLINE_COLUMNS, Rows, roofline_columns, roofline_log
 from predictor.metrics import best_weight
 from predictor.models import BAND_QUANTILES, ThroughputModel, first_finite
+from predictor.roofline import LearnedRoofline, usable_rows
 
 #: Anchor candidates in order of preference, each with the feature group it needs.
 ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
@@ -55,6 +56,8 @@ HARDWARE_COLUMNS = tuple(
     c for c in GROUPS["hardware"] if c not in (*_PAIR_COLUMNS, "log_roofline", *ROOFLINE_COLUMNS)
 )
 DERIVED = ("base_log", "base_transfer_log", "base_ratio")
+#: The base model's column from :class:`predictor.roofline.LearnedRoofline`.
+LEARNED_ROOFLINE = "log_learned_roofline"
 TARGETS = ("residual", "log", "raw")
 EVIDENCE = ("same", "other", "none")
 
@@ -102,6 +105,9 @@ class LightGBMThroughput(ThroughputModel):
         Set once here: passing it on every predict call costs ~100 µs per call.
     base_linear
         Linear models in the base model's leaves.
+    learned_roofline
+        Fit a :class:`predictor.roofline.LearnedRoofline` (after the jobs' speed factors are
+        estimated) and give the base model its estimate as a column.
     seed
         Makes training deterministic.
     """
@@ -118,6 +124,7 @@ class LightGBMThroughput(ThroughputModel):
         feature_groups: tuple[str, ...] = ("config", "hardware", "prior", "lookup"),
         num_threads: int = 2,
         base_linear: bool = True,
+        learned_roofline: bool = True,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -129,12 +136,14 @@ class LightGBMThroughput(ThroughputModel):
         self.feature_groups = tuple(feature_groups)
         self.num_threads = num_threads
         self.base_linear = base_linear
+        self.learned_roofline = learned_roofline
         self.seed = seed
         # Serving predicts a batch of a few hundred rows: one thread avoids OpenMP start-up and
         # contention with the rest of the worker; the ~100 µs it costs per call is per batch.
         self.predict_threads = 1
         self.booster_: lgb.Booster | None = None
         self.base_: lgb.Booster | None = None
+        self.roofline_: LearnedRoofline | None = None
         self.base_features_: list[str] = []
         self.hardware_specs_: dict[str, dict[str, Any]] = {}
         self.features_: list[str] = []
@@ -147,7 +156,8 @@ class LightGBMThroughput(ThroughputModel):
             "num_leaves": self.num_leaves, "n_estimators": self.n_estimators,
             "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
             "target": self.target, "feature_groups": list(self.feature_groups),
-            "num_threads": self.num_threads, "base_linear": self.base_linear, "seed": self.seed,
+            "num_threads": self.num_threads, "base_linear": self.base_linear,
+            "learned_roofline": self.learned_roofline, "seed": self.seed,
         }
 
     # ------------------------------------------------------------------ data
@@ -182,13 +192,19 @@ class LightGBMThroughput(ThroughputModel):
     def _uses_base(self) -> bool:
         return "hardware" in self.feature_groups
 
+    def _base_matrix(self, rows: Rows) -> np.ndarray:
+        """The base model's input: its columns, with the learned roofline's when it has one."""
+        if self.roofline_ is not None:
+            rows = {**rows, LEARNED_ROOFLINE: self.roofline_.predict(rows)}
+        return self._matrix(rows, self.base_features_)
+
     def _with_base(self, rows: Rows) -> Rows:
         """Rows plus the base model's columns (:data:`DERIVED`)."""
         n = len(rows["hardware"])
         if self.base_ is None:
             nan = np.full(n, np.nan)
             return {**rows, "base_log": nan, "base_transfer_log": nan, "base_ratio": nan}
-        base = self.base_.predict(self._matrix(rows, self.base_features_), num_threads=self.predict_threads)
+        base = self.base_.predict(self._base_matrix(rows), num_threads=self.predict_threads)
         # The same configuration on the job's prior hardware: swap in that hardware's columns.
         prior_hw = rows["prior_hw"]
         has_prior = np.array([h in self.hardware_specs_ for h in prior_hw])
@@ -201,9 +217,7 @@ class LightGBMThroughput(ThroughputModel):
                                             dtype=object if col in CATEGORICAL else np.float64)
             swapped["log_roofline"] = roofline_log(swapped["peak_tflops"], swapped["log_flops_per_sample"])
             swapped.update(roofline_columns(swapped))
-            base_prior[has_prior] = _predict_distinct(
-                self.base_, self._matrix(swapped, self.base_features_), self.predict_threads
-            )
+            base_prior[has_prior] = _predict_distinct(self.base_, self._base_matrix(swapped), self.predict_threads)
         ratio = base - base_prior
         return {**rows, "base_log": base, "base_transfer_log": rows["prior_other_log"] + ratio, "base_ratio": ratio}
 
@@ -243,6 +257,7 @@ class LightGBMThroughput(ThroughputModel):
         fit_y = y[~calibrate]
 
         self.base_ = None
+        self.roofline_ = None
         if self._uses_base():
             self.base_features_ = [c for g in BASE_GROUPS if g in self.feature_groups for c in GROUPS[g]
                                    if c not in _PAIR_COLUMNS]
@@ -250,27 +265,33 @@ class LightGBMThroughput(ThroughputModel):
             for i, hw in enumerate(fit_rows["hardware"]):
                 if hw not in self.hardware_specs_:
                     self.hardware_specs_[hw] = {c: fit_rows[c][i] for c in ("hardware", *HARDWARE_COLUMNS)}
-            base_data = lgb.Dataset(
-                self._matrix(fit_rows, self.base_features_), label=np.log(fit_y), feature_name=self.base_features_,
-                categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
-            )
             # Linear leaves need fewer of them: twice the leaves, as constant leaves wanted, fit
             # 60% slower and scored lower in the 30-day backtest (acc@10 0.662 against 0.666).
             leaves = self.num_leaves if self.base_linear else 2 * self.num_leaves
             base_params = self._params(max(50, self.min_child_samples), leaves=leaves)
             if self.base_linear:
                 base_params.update(linear_tree=True, linear_lambda=0.1)
-            self.base_ = lgb.train(base_params, base_data, num_boost_round=self.n_estimators)
-            if groups is not None:
-                target = np.log(fit_y) - job_effects(
-                    np.log(fit_y) - self.base_.predict(self._matrix(fit_rows, self.base_features_)),
-                    np.asarray(groups)[~calibrate],
-                )
-                base_data = lgb.Dataset(
-                    self._matrix(fit_rows, self.base_features_), label=target, feature_name=self.base_features_,
+
+            def train_base(target: np.ndarray) -> lgb.Booster:
+                data = lgb.Dataset(
+                    self._base_matrix(fit_rows), label=target, feature_name=self.base_features_,
                     categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
                 )
-                self.base_ = lgb.train(base_params, base_data, num_boost_round=self.n_estimators)
+                return lgb.train(base_params, data, num_boost_round=self.n_estimators)
+
+            target = np.log(fit_y)
+            self.base_ = train_base(target)
+            if groups is not None:
+                # Refit on targets with each job's own speed factor removed, so that the base
+                # learns the hardware, not the jobs.
+                target = target - job_effects(target - self.base_.predict(self._base_matrix(fit_rows)),
+                                              np.asarray(groups)[~calibrate])
+            # The roofline reads the configuration; fitting one to a handful of rows says nothing.
+            if self.learned_roofline and "config" in self.feature_groups and usable_rows(fit_rows) >= 1000:
+                self.roofline_ = LearnedRoofline(seed=self.seed).fit(fit_rows, target)
+                self.base_features_.append(LEARNED_ROOFLINE)
+            if groups is not None or self.roofline_ is not None:
+                self.base_ = train_base(target)
 
         self.features_ = [c for g in self.feature_groups for c in GROUPS[g]]
         if self._uses_base():
@@ -346,6 +367,7 @@ class LightGBMThroughput(ThroughputModel):
             "band_by_evidence": {k: list(v) for k, v in self.band_by_evidence_.items()},
             "trust_by_evidence": dict(self.trust_by_evidence_),
             "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
+            "roofline": self.roofline_.state() if self.roofline_ is not None else None,
         }
 
     def model_texts(self) -> dict[str, str]:
@@ -371,4 +393,6 @@ class LightGBMThroughput(ThroughputModel):
         model.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}
         model.booster_ = lgb.Booster(model_str=texts["main"])
         model.base_ = lgb.Booster(model_str=texts["base"]) if "base" in texts else None
+        roofline = state.get("roofline")
+        model.roofline_ = LearnedRoofline.from_state(roofline) if roofline else None
         return model

@@ -9,7 +9,7 @@ import pytest
 
 from leap.hardware import load_catalogue
 from predictor.dataset import Examples, build_examples, read_history
-from predictor.lgbm import EVIDENCE, LightGBMThroughput, _predict_distinct
+from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput, _predict_distinct
 from predictor.metrics import TRUST_GRID, summary
 from predictor.models import LookupTable, PriorTransfer
 from predictor.registry import Registry, RegistryError
@@ -116,9 +116,23 @@ def test_trust_scales_the_main_models_correction(trained: tuple[LightGBMThroughp
 def test_distinct_rows_are_predicted_once_with_the_same_result(trained: tuple[LightGBMThroughput, Examples]) -> None:
     model, holdout = trained
     assert model.base_ is not None
-    x = model._matrix(holdout.rows, model.base_features_)[:50]
+    x = model._base_matrix(holdout.rows)[:50]
     x[::7, 4] = np.nan  # missing values must still match their duplicates
     repeated = np.concatenate([x, x[::-1], x[:5]])
     np.testing.assert_array_equal(
         _predict_distinct(model.base_, repeated, 1), model.base_.predict(repeated, num_threads=1)
     )
+
+
+def test_learned_roofline_is_a_base_column_unless_ablated(
+    examples: Examples, trained: tuple[LightGBMThroughput, Examples]
+) -> None:
+    model, holdout = trained
+    assert model.roofline_ is not None and LEARNED_ROOFLINE in model.base_features_
+    assert np.isfinite(model.roofline_.predict(holdout.rows)).mean() > 0.99
+    last = float(np.floor(examples.submit_time.max() / 86400) * 86400)
+    train = split(examples, last + 86400, window_days=30).train
+    for params in ({"learned_roofline": False}, {"feature_groups": ("hardware", "prior", "lookup")}):
+        ablated = fit_model(train, {**SMALL, **params})
+        assert ablated.roofline_ is None and LEARNED_ROOFLINE not in ablated.base_features_
+        assert np.isfinite(ablated.predict(holdout.rows)).any()

@@ -1,0 +1,266 @@
+"""A roofline of one training step whose efficiencies are learned from measured throughput.
+
+The public-spec roofline (:func:`features.rows.roofline_columns`) assumes the same share of
+peak for every job on every part. Real parts reach different shares (older kernels, software
+maturity per vendor and workload family), and model types differ in how much of a step is
+spent on matrix math, on memory traffic, on communication and on the host. Trees read those
+differences from the model-type and hardware categories only piecewise, which is what limits
+how well the base model carries a job's speed from one hardware type to another.
+
+This model keeps the roofline's form and fits its constants. Seconds per step per accelerator:
+
+.. math::
+
+    t = \\sum_k e^{\\theta_{m,k} + \\phi_k} x_k
+
+with terms ``x_k`` from the configuration and the candidate's public specs (:data:`TERMS`),
+``theta`` per model type and term, and efficiencies ``phi``: matrix math per
+(hardware, family), memory per hardware, fixed per-step cost per vendor. Log throughput per
+accelerator is ``log(batch / accelerators) - log(t)``. Fitted by Adam on the log error (clipped
+at 0.5, so outliers weigh like a Huber loss) with a small L2 pull of every parameter towards its
+mean. A model type never seen uses the median constants of its family.
+
+The base model reads the result as one more column; alone it carries priors across hardware
+about as well as the trees, and together they do better than either (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from features.rows import Rows
+
+#: The step-time terms, in seconds up to a constant the fit learns.
+TERMS: tuple[str, ...] = ("compute", "weights", "activations", "allreduce", "tensor", "host", "fixed")
+_COMPUTE, _WEIGHTS, _ACTIVATIONS, _FIXED = 0, 1, 2, 6
+
+
+def step_terms(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows x TERMS)`` step-time terms and the per-accelerator batch.
+
+    compute, weights and all-reduce are the public-spec roofline's own terms; activations:
+    tokens (or input size) per accelerator over memory bandwidth; tensor: tokens per
+    tensor-parallel rank over the link that joins the ranks; host: samples per accelerator
+    (data loading does not speed up with the accelerator); fixed: one per step (launches).
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        per_acc = np.exp(rows["log_batch"] - rows["log_accelerators"])
+        tokens = per_acc * np.exp(rows["log_seq"])
+        bandwidth = rows["memory_bw_gbps"] * 1e9
+        tp = rows["tensor_parallel"]
+        link = np.where(tp <= rows["node_size"], rows["interconnect_gbps"] * 0.5, rows["scale_out_gbps"]) * 1e9
+        terms = np.column_stack([
+            np.exp(rows["log_step_compute"]),
+            np.exp(rows["log_step_memory"]),
+            tokens / bandwidth,
+            np.where(rows["data_parallel"] > 1, np.exp(rows["log_step_comm"]), 0.0),
+            np.where(tp > 1, tokens / tp / link, 0.0),
+            per_acc,
+            np.ones(len(per_acc)),
+        ])
+    return terms, per_acc
+
+
+def usable_rows(rows: Rows) -> int:
+    """How many rows have every step-time term (known specs, configuration)."""
+    terms, per_acc = step_terms(rows)
+    return int((np.isfinite(terms).all(axis=1) & (per_acc > 0)).sum())
+
+
+def _codes(values: np.ndarray, vocab: dict[str, int]) -> np.ndarray:
+    """Index of each value in ``vocab``, -1 when absent (one dict lookup per distinct value)."""
+    distinct, inverse = np.unique(values.astype(str), return_inverse=True)
+    return np.array([vocab.get(v, -1) for v in distinct], dtype=np.int64)[inverse.ravel()]
+
+
+def _vocab(values: np.ndarray) -> dict[str, int]:
+    return {v: i for i, v in enumerate(sorted(set(values.astype(str).tolist())))}
+
+
+def _pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.char.add(np.char.add(a.astype(str), "|"), b.astype(str))
+
+
+class LearnedRoofline:
+    """Step-time roofline with learned per-model-type constants and per-part efficiencies.
+
+    Parameters
+    ----------
+    steps
+        Adam iterations over the whole training set (full batch).
+    learning_rate
+        Adam step size in log units.
+    l2
+        Pull of each parameter towards its mean, so that sparsely seen cells stay near typical.
+    max_rows
+        Fit on a random sample of at most this many rows: a few thousand constants need far
+        fewer rows than a 60-day history holds, and each step costs time per row.
+    seed
+        Chooses the sample.
+    """
+
+    def __init__(self, steps: int = 1000, learning_rate: float = 0.05, l2: float = 1e-3,
+                 max_rows: int = 200_000, seed: int = 0) -> None:
+        self.steps = steps
+        self.learning_rate = learning_rate
+        self.l2 = l2
+        self.max_rows = max_rows
+        self.seed = seed
+        self.scale_: np.ndarray = np.ones(len(TERMS))
+        self.model_types_: dict[str, int] = {}
+        self.theta_: np.ndarray = np.zeros((0, len(TERMS)))
+        self.family_theta_: dict[str, np.ndarray] = {}
+        self.hardware_family_: dict[str, int] = {}
+        self.phi_compute_: np.ndarray = np.zeros(0)
+        self.hardware_: dict[str, int] = {}
+        self.phi_memory_: np.ndarray = np.zeros(0)
+        self.vendors_: dict[str, int] = {}
+        self.phi_fixed_: np.ndarray = np.zeros(0)
+        self.phi_part_: np.ndarray = np.zeros(0)
+        self.loss_: float = float("nan")
+
+    def fit(self, rows: Rows, log_throughput: np.ndarray) -> LearnedRoofline:
+        """Fit to log per-accelerator throughput (with the jobs' own speed factors removed).
+
+        Parameters
+        ----------
+        rows
+            Model rows (the ``config`` and ``hardware`` columns are read).
+        log_throughput
+            Target per row; rows with a non-finite target or term are skipped.
+        """
+        terms, per_acc = step_terms(rows)
+        ok = np.isfinite(terms).all(axis=1) & np.isfinite(log_throughput) & (per_acc > 0)
+        if not ok.any():
+            raise ValueError("no rows with finite terms and target to fit the roofline on")
+        if ok.sum() > self.max_rows:
+            keep = np.random.default_rng(self.seed).choice(np.flatnonzero(ok), self.max_rows, replace=False)
+            ok = np.zeros(len(ok), dtype=bool)
+            ok[keep] = True
+        rows = {c: v[ok] for c, v in rows.items()}
+        terms, per_acc, target = terms[ok], per_acc[ok], np.log(per_acc[ok]) - log_throughput[ok]
+        # Scale each term to a typical value of 1 so that one step size suits every parameter.
+        self.scale_ = np.nan_to_num(np.nanmedian(np.where(terms > 0, terms, np.nan), axis=0), nan=1.0)
+        x = terms / self.scale_
+
+        self.model_types_ = _vocab(rows["model_type"])
+        self.hardware_family_ = _vocab(_pair(rows["hardware"], rows["family"]))
+        self.hardware_ = _vocab(rows["hardware"])
+        self.vendors_ = _vocab(rows["vendor"])
+        m = _codes(rows["model_type"], self.model_types_)
+        hf = _codes(_pair(rows["hardware"], rows["family"]), self.hardware_family_)
+        h = _codes(rows["hardware"], self.hardware_)
+        v = _codes(rows["vendor"], self.vendors_)
+
+        n_types, n_terms = len(self.model_types_), len(TERMS)
+        # Start with every term an equal share of the model type's mean step time.
+        counts = np.bincount(m, minlength=n_types)
+        mean_time = np.bincount(m, weights=target, minlength=n_types) / np.maximum(counts, 1)
+        theta = np.repeat((mean_time - np.log(n_terms))[:, None], n_terms, axis=1)
+        phi_c = np.zeros(len(self.hardware_family_))
+        phi_m = np.zeros(len(self.hardware_))
+        phi_f = np.zeros(len(self.vendors_))
+        params = [theta, phi_c, phi_m, phi_f]
+        first = [np.zeros_like(p) for p in params]
+        second = [np.zeros_like(p) for p in params]
+        n = len(target)
+        for it in range(1, self.steps + 1):
+            weight = np.exp(self._log_weights(theta[m], phi_c[hf], phi_m[h], phi_f[v]))
+            contrib = weight * x
+            total = contrib.sum(axis=1)
+            error = np.clip(np.log(total) - target, -0.5, 0.5)
+            grad = (2.0 * error / n / total)[:, None] * contrib  # d loss / d log weight
+            grads = [
+                np.stack([np.bincount(m, grad[:, k], minlength=n_types) for k in range(n_terms)], axis=1),
+                np.bincount(hf, grad[:, _COMPUTE], minlength=len(phi_c)),
+                np.bincount(h, grad[:, _WEIGHTS] + grad[:, _ACTIVATIONS], minlength=len(phi_m)),
+                np.bincount(v, grad[:, _FIXED], minlength=len(phi_f)),
+            ]
+            for p, g, m1, m2 in zip(params, grads, first, second, strict=True):
+                g += self.l2 * (p - p.mean(axis=0)) / max(len(p), 1)
+                m1 *= 0.9
+                m1 += 0.1 * g
+                m2 *= 0.999
+                m2 += 0.001 * g * g
+                p -= self.learning_rate * (m1 / (1 - 0.9**it)) / (np.sqrt(m2 / (1 - 0.999**it)) + 1e-8)
+        self.loss_ = float(np.mean((np.log(total) - target) ** 2))
+        self.theta_, self.phi_compute_, self.phi_memory_, self.phi_fixed_ = theta, phi_c, phi_m, phi_f
+        families = rows["family"].astype(str)
+        self.family_theta_ = {
+            fam: np.median(theta[np.unique(m[families == fam])], axis=0) for fam in sorted(set(families.tolist()))
+        }
+        self._set_part_means()
+        return self
+
+    def _set_part_means(self) -> None:
+        """Each part's mean compute efficiency over the families seen on it."""
+        sums, counts = np.zeros(len(self.hardware_)), np.zeros(len(self.hardware_))
+        for key, i in self.hardware_family_.items():
+            j = self.hardware_[key.split("|")[0]]
+            sums[j] += self.phi_compute_[i]
+            counts[j] += 1
+        self.phi_part_ = sums / np.maximum(counts, 1)
+
+    @staticmethod
+    def _log_weights(theta: np.ndarray, phi_c: np.ndarray, phi_m: np.ndarray, phi_f: np.ndarray) -> np.ndarray:
+        out = theta.copy()
+        out[:, _COMPUTE] += phi_c
+        out[:, _WEIGHTS] += phi_m
+        out[:, _ACTIVATIONS] += phi_m
+        out[:, _FIXED] += phi_f
+        return out
+
+    def predict(self, rows: Rows) -> np.ndarray:
+        """Log per-accelerator throughput; NaN for unknown hardware, families or specs."""
+        if not self.model_types_:
+            raise RuntimeError("roofline is not fitted")
+        terms, per_acc = step_terms(rows)
+        m = _codes(rows["model_type"], self.model_types_)
+        families, fam = np.unique(rows["family"].astype(str), return_inverse=True)
+        fam_theta = np.array([self.family_theta_.get(f, np.full(len(TERMS), np.nan)) for f in families])
+        fam_theta = fam_theta.reshape(-1, len(TERMS))[fam.ravel()]
+        theta = np.where((m >= 0)[:, None], self.theta_[np.maximum(m, 0)] if len(self.theta_) else fam_theta, fam_theta)
+        # An unseen (hardware, family) pair gets the part's mean compute efficiency.
+        hf = _codes(_pair(rows["hardware"], rows["family"]), self.hardware_family_)
+        h = _codes(rows["hardware"], self.hardware_)
+        phi_c = np.where(hf >= 0, self.phi_compute_[np.maximum(hf, 0)],
+                         np.where(h >= 0, self.phi_part_[np.maximum(h, 0)], np.nan))
+        phi_m = np.where(h >= 0, self.phi_memory_[np.maximum(h, 0)], np.nan)
+        v = _codes(rows["vendor"], self.vendors_)
+        phi_f = np.where(v >= 0, self.phi_fixed_[np.maximum(v, 0)], 0.0)
+        weights = np.exp(self._log_weights(theta, phi_c, phi_m, phi_f))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.asarray(np.log(per_acc) - np.log((weights * terms / self.scale_).sum(axis=1)))
+
+    # ------------------------------------------------------------------ persistence (JSON)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "params": {"steps": self.steps, "learning_rate": self.learning_rate, "l2": self.l2,
+                       "max_rows": self.max_rows, "seed": self.seed},
+            "scale": self.scale_.tolist(), "loss": self.loss_,
+            "model_types": self.model_types_, "theta": self.theta_.tolist(),
+            "family_theta": {k: v.tolist() for k, v in self.family_theta_.items()},
+            "hardware_family": self.hardware_family_, "phi_compute": self.phi_compute_.tolist(),
+            "hardware": self.hardware_, "phi_memory": self.phi_memory_.tolist(),
+            "vendors": self.vendors_, "phi_fixed": self.phi_fixed_.tolist(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> LearnedRoofline:
+        model = cls(**state["params"])
+        model.scale_ = np.asarray(state["scale"], dtype=np.float64)
+        model.loss_ = float(state["loss"])
+        model.model_types_ = {k: int(v) for k, v in state["model_types"].items()}
+        model.theta_ = np.asarray(state["theta"], dtype=np.float64).reshape(-1, len(TERMS))
+        model.family_theta_ = {k: np.asarray(v, dtype=np.float64) for k, v in state["family_theta"].items()}
+        model.hardware_family_ = {k: int(v) for k, v in state["hardware_family"].items()}
+        model.phi_compute_ = np.asarray(state["phi_compute"], dtype=np.float64)
+        model.hardware_ = {k: int(v) for k, v in state["hardware"].items()}
+        model.phi_memory_ = np.asarray(state["phi_memory"], dtype=np.float64)
+        model.vendors_ = {k: int(v) for k, v in state["vendors"].items()}
+        model.phi_fixed_ = np.asarray(state["phi_fixed"], dtype=np.float64)
+        model._set_part_means()
+        return model
