@@ -82,7 +82,8 @@ def _pass(service: RankingService, clock: Clock, raw_batches: Sequence[list[byte
 
 
 def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls: int = 200) -> Figures:
-    """Model cost alone: µs per row in one bulk call, and µs per call of 24 rows (DESIGN §9's unit)."""
+    """Model cost alone: µs per row in one bulk call, and µs per call of 24 rows (DESIGN §9's unit);
+    for a LightGBM model also its learned roofline's share of such a call."""
     n = len(rows_all["hardware"])
     t0 = time.perf_counter()
     model.predict(rows_all)
@@ -93,7 +94,17 @@ def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls
         t0 = time.perf_counter()
         model.predict(small)
         times.append(time.perf_counter() - t0)
-    return {"predict_bulk_us_per_row": bulk / n * 1e6, "predict_24_rows_us_per_call": float(np.median(times)) * 1e6}
+    figures = {"predict_bulk_us_per_row": bulk / n * 1e6, "predict_24_rows_us_per_call": float(np.median(times)) * 1e6}
+    roofline = getattr(model, "roofline_", None)
+    if roofline is not None:
+        # The learned roofline runs twice per predict (candidate and prior hardware rows).
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            roofline.predict(small)
+            times.append(time.perf_counter() - t0)
+        figures["roofline_24_rows_us_per_call"] = float(np.median(times)) * 1e6
+    return figures
 
 
 def _services(store: FeatureStore, catalogue: Catalogue, clock: Clock, models: dict[str, ActiveModel],
