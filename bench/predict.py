@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import cProfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,16 @@ def _pass(service: RankingService, clock: Clock, raw_batches: Sequence[list[byte
     return out
 
 
+def _median_call_us(call: Callable[[], object], calls: int) -> float:
+    """Median wall time of ``calls`` calls, in µs."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e6
+
+
 def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls: int = 200) -> Figures:
     """Model cost alone: µs per row in one bulk call, and µs per call of 24 rows (DESIGN §9's unit);
     for a LightGBM model also its learned roofline's share of such a call."""
@@ -89,21 +99,12 @@ def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls
     model.predict(rows_all)
     bulk = time.perf_counter() - t0
     small = {c: v[:DESIGN_CANDIDATES] for c, v in rows_all.items()}
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        model.predict(small)
-        times.append(time.perf_counter() - t0)
-    figures = {"predict_bulk_us_per_row": bulk / n * 1e6, "predict_24_rows_us_per_call": float(np.median(times)) * 1e6}
+    figures = {"predict_bulk_us_per_row": bulk / n * 1e6,
+               "predict_24_rows_us_per_call": _median_call_us(lambda: model.predict(small), calls)}
     roofline = getattr(model, "roofline_", None)
     if roofline is not None:
         # The learned roofline runs twice per predict (candidate and prior hardware rows).
-        times = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            roofline.predict(small)
-            times.append(time.perf_counter() - t0)
-        figures["roofline_24_rows_us_per_call"] = float(np.median(times)) * 1e6
+        figures["roofline_24_rows_us_per_call"] = _median_call_us(lambda: roofline.predict(small), calls)
     return figures
 
 

@@ -63,10 +63,14 @@ def step_terms(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
     return terms, per_acc
 
 
+def _usable(terms: np.ndarray, per_acc: np.ndarray) -> np.ndarray:
+    """Rows with every step-time term (known specs, configuration)."""
+    return np.asarray(np.isfinite(terms).all(axis=1) & (per_acc > 0))
+
+
 def usable_rows(rows: Rows) -> int:
-    """How many rows have every step-time term (known specs, configuration)."""
-    terms, per_acc = step_terms(rows)
-    return int((np.isfinite(terms).all(axis=1) & (per_acc > 0)).sum())
+    """How many rows the roofline can be fitted on."""
+    return int(_usable(*step_terms(rows)).sum())
 
 
 def _codes(values: np.ndarray, vocab: dict[str, int]) -> np.ndarray:
@@ -132,7 +136,7 @@ class LearnedRoofline:
             Target per row; rows with a non-finite target or term are skipped.
         """
         terms, per_acc = step_terms(rows)
-        ok = np.isfinite(terms).all(axis=1) & np.isfinite(log_throughput) & (per_acc > 0)
+        ok = _usable(terms, per_acc) & np.isfinite(log_throughput)
         if not ok.any():
             raise ValueError("no rows with finite terms and target to fit the roofline on")
         if ok.sum() > self.max_rows:
