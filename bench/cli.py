@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from bench.common import emit
-from leap.settings import Settings
+from core.settings import Settings
 
 app = typer.Typer(help="Benchmarks that print JSON figures.", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False)

@@ -28,10 +28,10 @@ from confluent_kafka.admin import AdminClient
 
 from bench.common import Figures, percentiles_ms, report, say, scratch_prefix
 from bench.workload import make_workload, seed_store
-from leap.hardware import load_catalogue
-from leap.processes import WorkerProcess
-from leap.runtime import feature_store
-from leap.settings import Settings
+from core.hardware import load_catalogue
+from core.settings import Settings
+from features.store import open_store
+from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Submission
 
@@ -177,7 +177,7 @@ def bench_e2e(
     home = Path(tempfile.mkdtemp(prefix="leap-bench-home-"))
     say(f"simulating {warm} attempts of history into Redis prefix {prefix}")
     w = make_workload(warm, 2000, seed)
-    store = feature_store(settings, load_catalogue(), prefix=prefix)
+    store = open_store(settings, load_catalogue(), prefix=prefix)
     worker: WorkerProcess | None = None
     try:
         seed_store(store, w)

@@ -17,10 +17,9 @@ from typing import Any
 
 from bench.common import Figures, freeze_heap, percentiles_ms, report, say, scratch_prefix, unfreeze_heap
 from bench.workload import WRITE_BATCH, Workload, batches, make_workload
-from features.store import FeatureStore
-from leap.hardware import load_catalogue
-from leap.runtime import feature_store
-from leap.settings import Settings, redact
+from core.hardware import load_catalogue
+from core.settings import Settings, redact
+from features.store import FeatureStore, open_store
 from streams.events import Submission
 
 READ_BATCH = 256
@@ -48,7 +47,7 @@ def _raw_read(store: FeatureStore, subs: Sequence[Submission]) -> list[Any]:
 
 def run_once(settings: Settings, w: Workload, read_rounds: int, prefix: str) -> Figures:
     """One run in a fresh scratch prefix (deleted before returning)."""
-    store = feature_store(settings, load_catalogue(), prefix=prefix)
+    store = open_store(settings, load_catalogue(), prefix=prefix)
     try:
         starts_s, _ = _timed_writes(store.apply_starts, w.starts)
         fin_s, applied = _timed_writes(store.apply_finishes, w.finishes)

@@ -1,7 +1,7 @@
 """The LightGBM model the predict benchmark serves: fitted on a small simulated history.
 
 The history is what ``leap fleet history`` writes (same functions), in a temporary folder;
-examples and fitting are ``leap train``'s own (:mod:`predictor.training`).
+examples and fitting are ``leap train``'s own (:mod:`training.train`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.hardware import Catalogue
 from fleet.history import simulate, write_history
-from leap.hardware import Catalogue
 from predictor.lgbm import LightGBMThroughput
-from predictor.training import fit_model, load_examples, split
+from training.train import fit_model, load_examples, split
 
 HISTORY_START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
 

@@ -25,12 +25,11 @@ from bench.common import Figures, freeze_heap, percentiles_ms, report, say, scra
 from bench.model import fit_on_simulated_history
 from bench.stages import Clock, PrefetchedStore, TimedModel, TimedStore, timed_rows
 from bench.workload import Workload, batches, make_workload, seed_store
+from core.hardware import Catalogue, load_catalogue
+from core.settings import Settings
 from features.rows import build_rows, concat_rows
 from features.snapshot import FeatureSnapshot
-from features.store import FeatureStore
-from leap.hardware import Catalogue, load_catalogue
-from leap.runtime import feature_store
-from leap.settings import Settings
+from features.store import FeatureStore, open_store
 from predictor.models import ThroughputModel
 from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
 from streams.events import Submission
@@ -183,7 +182,7 @@ def bench_predict(
     say(f"model fitted in {model_info['fit_s']} s; simulating {warm} + {submissions} attempts")
     w: Workload = make_workload(warm, submissions, seed + 1)
     prefix = scratch_prefix()
-    store = feature_store(settings, catalogue, prefix=prefix)
+    store = open_store(settings, catalogue, prefix=prefix)
     try:
         seed_store(store, w)
         snapshots = dict(zip((s.event_id for s in w.submissions), store.read(w.submissions), strict=True))

@@ -25,7 +25,7 @@ import orjson
 from dashboard.rolling import BoundedMap, LabelCounter, PerSecond, SeenSet, WindowSums
 
 NAN = float("nan")
-#: Same tolerance slack as ``predictor.metrics.acc_at`` so the two never disagree at the boundary.
+#: Same tolerance slack as ``core.accuracy.acc_at`` so the two never disagree at the boundary.
 TOL_EPS = 1e-12
 
 
@@ -307,7 +307,7 @@ class Aggregator:
             self.finish_not_candidate += 1
             return
         pred = entry.throughput(entry.names.index(hardware))
-        # predictor.metrics conventions: a missing prediction is a miss and is left out of MAPE
+        # core.accuracy conventions: a missing prediction is a miss and is left out of MAPE
         err = abs(pred - measured) / measured
         finite = math.isfinite(err)
         self.accuracy.add((

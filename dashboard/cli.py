@@ -76,10 +76,10 @@ def dashboard_cmd(
     """Serve the live dashboard of the ranking stream (reads Kafka; commits no offsets)."""
     import uvicorn
 
+    from core.settings import Settings
     from dashboard.aggregator import Aggregator, AggregatorConfig
     from dashboard.app import create_app
     from dashboard.follower import Follower
-    from leap.settings import Settings
 
     try:
         start = parse_since(since) if since is not None else None

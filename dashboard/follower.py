@@ -16,8 +16,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from core.settings import Settings
 from dashboard.aggregator import Aggregator
-from leap.settings import Settings
 from streams.topics import JOB_FINISHES, RANKINGS, SUBMISSIONS
 
 log = logging.getLogger(__name__)

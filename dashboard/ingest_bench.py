@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from core.hardware import load_catalogue
 from dashboard.aggregator import Aggregator
-from leap.hardware import load_catalogue
 from predictor.ranking import rank_candidates
 from streams.events import SCHEMA_VERSION
 

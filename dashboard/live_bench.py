@@ -20,12 +20,12 @@ import numpy as np
 import orjson
 from confluent_kafka.admin import AdminClient
 
+from core.settings import Settings
 from dashboard.aggregator import Aggregator
 from dashboard.app import create_app
 from dashboard.follower import Follower
 from dashboard.ingest_bench import synthetic_events
 from dashboard.server import BackgroundServer
-from leap.settings import Settings
 from streams.client import SchedulerClient
 from streams.topics import Topic, create_topics
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from core.hardware import SPEC_FEATURES, Catalogue, HardwareType
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
-from leap.hardware import SPEC_FEATURES, Catalogue, HardwareType
 from streams.events import PRECISIONS, Submission
 
 #: Fraction of peak FLOP/s a typical training job reaches; only scales the cold-start estimate.

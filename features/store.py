@@ -18,6 +18,8 @@ from importlib import resources
 
 import redis
 
+from core.hardware import Catalogue, load_catalogue
+from core.settings import Settings
 from features.keys import JOB_WINDOW, LOOKUP_WINDOW, SEEN_TTL_S, KeyLayout
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams.events import JobFinish, JobStart, Submission
@@ -190,3 +192,16 @@ def _parse_lookup(raw: dict[bytes, bytes]) -> dict[str, LookupStat]:
         n, median = _text(raw_value).split(",")
         out[_text(raw_field)] = LookupStat(int(n), float(median))
     return out
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    """A Redis client for ``settings`` (TLS and AUTH come from the ``rediss://user:pass@`` URL)."""
+    return redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5,
+                                health_check_interval=30)
+
+
+def open_store(settings: Settings, catalogue: Catalogue | None = None, prefix: str | None = None) -> FeatureStore:
+    """The feature store a process uses: its Redis, its key prefix, and catalogue names for hardware."""
+    catalogue = catalogue or load_catalogue()
+    return FeatureStore(redis_client(settings), KeyLayout(prefix or settings.key_prefix),
+                        canonicalize=catalogue.canonical)

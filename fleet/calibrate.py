@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from core.hardware import load_catalogue
 from fleet.throughput import FRAMEWORKS, JobConfig, expected_throughput, hardware_arrays
 from fleet.workloads import model_index
-from leap.hardware import load_catalogue
 from streams.events import PRECISIONS
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "measurements"

@@ -20,8 +20,8 @@ def describe_dict() -> dict[str, object]:
     """Counts of hardware types, model types and families of the simulator."""
     from collections import Counter
 
+    from core.hardware import load_catalogue
     from fleet.workloads import FAMILIES, model_types
-    from leap.hardware import load_catalogue
 
     cat = load_catalogue()
     ms = model_types()

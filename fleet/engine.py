@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.hardware import Catalogue
 from fleet.jobs import Jobs, sample_jobs
 from fleet.throughput import FRAMEWORKS, F, HardwareArrays, I, hardware_arrays
 from fleet.workloads import model_types
-from leap.hardware import Catalogue
 from streams.events import PRECISIONS, SCHEMA_VERSION, JobFinish, JobStart, Submission
 
 P_RECUR = 0.85

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from core.hardware import Catalogue
 from features.rows import build_rows
 from features.snapshot import FeatureSnapshot
 from fleet.engine import Attempt, Fleet
-from leap.hardware import Catalogue
 from predictor.models import LookupTable
 from predictor.ranking import rank_candidates
 from streams.client import SchedulerClient

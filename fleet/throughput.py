@@ -26,8 +26,8 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
+from core.hardware import Catalogue, load_catalogue
 from fleet.workloads import FAMILIES, model_types
-from leap.hardware import Catalogue, load_catalogue
 from streams.events import PRECISIONS
 
 FRAMEWORKS: tuple[str, ...] = ("pytorch", "jax", "tensorflow", "pytorch-xla", "pytorch-neuron")

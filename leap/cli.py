@@ -15,14 +15,14 @@ import typer
 from rich.console import Console
 
 from bench.cli import app as bench_app
+from core.settings import Settings
 from dashboard.cli import dashboard_cmd
 from fleet import cli as fleet_cli
-from leap import services
-from leap.settings import Settings
-from predictor import cli as predictor_cli
-from predictor.measurements import evaluate_measurements_cmd
+from replay.cli import app as replay_app
+from services import stack
 from streams.events import EventError, Submission
-from streams.replay import app as replay_app
+from training import cli as training_cli
+from training.measurements import evaluate_measurements_cmd
 
 app = typer.Typer(
     name="leap",
@@ -31,15 +31,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(services.app, name="services", help="Local Kafka (KRaft) and Redis: up, down, status.")
+app.add_typer(stack.app, name="services", help="Local Kafka (KRaft) and Redis: up, down, status.")
 app.add_typer(fleet_cli.app, name="fleet", help="The simulated fleet: describe, calibrate, history.")
 app.command("evaluate-measurements")(evaluate_measurements_cmd)
 app.add_typer(replay_app, name="replay", help="Replay topics: rebuild features, re-rank, copy, inspect.")
 app.command("dashboard")(dashboard_cmd)
-app.command("train")(predictor_cli.train_cmd)
-app.add_typer(predictor_cli.models_app, name="models")
-app.command("backtest")(predictor_cli.backtest_cmd)
-app.command("drivers")(predictor_cli.drivers_cmd)
+app.command("train")(training_cli.train_cmd)
+app.add_typer(training_cli.models_app, name="models")
+app.command("backtest")(training_cli.backtest_cmd)
+app.command("drivers")(training_cli.drivers_cmd)
 app.add_typer(bench_app, name="bench", help="Benchmarks that print JSON figures.")
 topics_app = typer.Typer(help="Kafka topics owned by LEAP.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
@@ -87,8 +87,8 @@ def worker(
     from dataclasses import replace
 
     from leap import worker as worker_mod
-    from predictor.nightly import NightlyConfig, parse_schedule
     from streams.archive import ArchiveConfig
+    from training.nightly import NightlyConfig, parse_schedule
 
     if role not in worker_mod.ROLES:
         raise fail(f"unknown role {role!r}; choose one of: {', '.join(worker_mod.ROLES)}")

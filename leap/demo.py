@@ -17,12 +17,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from core.hardware import load_catalogue
+from core.settings import Settings
 from fleet.engine import Fleet
 from fleet.scheduler import SchedulerSimulator
-from leap import services
-from leap.hardware import load_catalogue
-from leap.processes import WorkerProcess
-from leap.settings import Settings
+from services import stack
+from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import DeadLetter, EventError
 from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS, SUBMISSIONS, create_topics, end_offsets
@@ -110,10 +110,10 @@ def ensure_model(settings: Settings, model: str) -> str:
     """Make ``model`` current: ``auto`` keeps a promoted LightGBM model or trains one on a
     simulated history; ``lookup`` switches to the baseline; anything else is a registered version."""
     from fleet.history import simulate, write_history
-    from predictor.nightly import promote_and_announce
     from predictor.registry import Registry
     from predictor.reload import announce
-    from predictor.training import parse_day, train
+    from training.nightly import promote_and_announce
+    from training.train import parse_day, train
 
     registry = Registry(settings.registry_dir)
     current = registry.current()
@@ -163,7 +163,7 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
     settings = Settings.from_env()
     t0 = time.monotonic()
     console.print("[bold]services[/] ...")
-    services.up(settings)
+    stack.up(settings)
     create_topics(settings)
     console.print(f"services and topics ready in {time.monotonic() - t0:.1f}s")
     console.print(f"model in use: [bold]{ensure_model(settings, model)}[/]")

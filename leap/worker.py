@@ -8,19 +8,20 @@ import logging
 
 import faust
 
-from leap.hardware import load_catalogue
-from leap.runtime import feature_store
-from leap.settings import Settings
+from core.hardware import load_catalogue
+from core.settings import Settings
+from features.agents import attach_feature_agents
+from features.store import open_store
 from predictor.agent import attach_predictor_agent
-from predictor.nightly import NightlyConfig
-from predictor.nightly import serve as serve_nightly
 from predictor.registry import Registry
 from predictor.reload import ModelFollower
 from predictor.service import ModelHolder, RankingService, lookup_fallback
 from streams import metrics
-from streams.app import attach_feature_agents, build_app
+from streams.app import build_app
 from streams.archive import ArchiveConfig, attach_archiver_agents
 from streams.topics import create_topics
+from training.nightly import NightlyConfig
+from training.nightly import serve as serve_nightly
 
 ROLES = ("features", "predictor", "all", "archiver", "trainer")
 DEFAULT_METRICS_PORTS = {"features": 9101, "predictor": 9102, "all": 9100, "archiver": 9103, "trainer": 9104}
@@ -37,7 +38,7 @@ def build(settings: Settings, role: str, archive: ArchiveConfig | None = None) -
         attach_archiver_agents(app, topics, archive or ArchiveConfig.from_env(settings))
         return app
     catalogue = load_catalogue()
-    store = feature_store(settings, catalogue)
+    store = open_store(settings, catalogue)
     app, topics = build_app(settings, role)
     if role in ("features", "all"):
         attach_feature_agents(app, topics, store)

@@ -1,6 +1,4 @@
-import os
+"""The serving path: models behind one interface, ranking, the ranking service, the predictor
+agent, the model registry and hot reload."""
 
-# LightGBM's OpenMP threads spin while waiting by default; on a small shared machine (workers,
-# broker and trainer side by side) spinning threads starve everything else. Must be set before
-# lightgbm is first imported.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import core  # noqa: F401  (sets the OpenMP wait policy before LightGBM loads)

@@ -8,9 +8,10 @@ from typing import Any
 
 import faust
 
+from features.agents import with_redis_retry
 from predictor.service import RankingService
 from streams import metrics
-from streams.app import decode_batch, send_dead_letters, with_redis_retry
+from streams.app import decode_batch, send_dead_letters
 from streams.events import Submission
 from streams.topics import DEAD_LETTER, RANKINGS, SUBMISSIONS
 

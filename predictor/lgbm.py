@@ -33,10 +33,10 @@ from typing import Any, ClassVar
 import lightgbm as lgb
 import numpy as np
 
+from core.accuracy import best_weight
 from features.rows import CATEGORICAL, GROUPS, ROOFLINE_COLUMNS, Rows, roofline_columns, roofline_log
-from predictor.metrics import best_weight
+from predictor.learned_roofline import LearnedRoofline, usable_rows
 from predictor.models import BAND_QUANTILES, ThroughputModel, first_finite
-from predictor.roofline import LearnedRoofline, usable_rows
 
 #: Anchor candidates in order of preference, each with the feature group it needs.
 ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
@@ -56,7 +56,7 @@ HARDWARE_COLUMNS = tuple(
     c for c in GROUPS["hardware"] if c not in (*_PAIR_COLUMNS, "log_roofline", *ROOFLINE_COLUMNS)
 )
 DERIVED = ("base_log", "base_transfer_log", "base_ratio")
-#: The base model's column from :class:`predictor.roofline.LearnedRoofline`.
+#: The base model's column from :class:`predictor.learned_roofline.LearnedRoofline`.
 LEARNED_ROOFLINE = "log_learned_roofline"
 TARGETS = ("residual", "log", "raw")
 EVIDENCE = ("same", "other", "none")
@@ -106,7 +106,7 @@ class LightGBMThroughput(ThroughputModel):
     base_linear
         Linear models in the base model's leaves.
     learned_roofline
-        Fit a :class:`predictor.roofline.LearnedRoofline` (after the jobs' speed factors are
+        Fit a :class:`predictor.learned_roofline.LearnedRoofline` (after the jobs' speed factors are
         estimated) and give the base model its estimate as a column.
     seed
         Makes training deterministic.

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from leap.hardware import Catalogue
+from core.hardware import Catalogue
 
 #: Candidate-level reasons, stable strings for dashboards and metrics.
 UNKNOWN_HARDWARE = "unknown_hardware"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from leap.settings import Settings
+from core.settings import Settings
 from predictor.registry import ModelRecord, Registry
 from predictor.service import ActiveModel, ModelHolder
 from streams import metrics

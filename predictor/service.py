@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.hardware import Catalogue
 from features.rows import build_rows, concat_rows
 from features.store import FeatureStore
-from leap.hardware import Catalogue
 from predictor.models import LookupTable, ThroughputModel
 from predictor.ranking import COLD_START, rank_candidates
 from streams.events import SCHEMA_VERSION, Ranking, Submission

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Everything CI checks, in one command: setup, local Kafka + Redis, topics, lint, types, tests.
+# Everything CI checks, in one command: setup, local Kafka + Redis, topics, lint, import contracts,
+# types, tests.
 #
 #   bash scripts/test.sh [pytest args...]
 #
@@ -34,9 +35,10 @@ run_step() {
 }
 
 run_step ruff ruff check .
+run_step import-contracts lint-imports --no-cache
 
 packages=()
-for pkg in leap streams features predictor fleet dashboard bench tests; do
+for pkg in core streams features predictor training replay dashboard services fleet bench leap tests; do
   # mypy refuses a folder without Python files; skip packages that are still empty
   if [ -n "$(find "$pkg" -name '*.py' -print -quit 2>/dev/null)" ]; then
     packages+=("$pkg")

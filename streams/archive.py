@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from prometheus_client import Counter
 
-from leap.settings import Settings
+from core.settings import Settings
 from streams.events import Event, EventError, JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
 

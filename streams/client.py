@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from leap.settings import Settings
+from core.settings import Settings
 from streams.events import EventError, JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS, end_offsets
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from leap.settings import Settings
+from core.settings import Settings
 
 DAY_MS = 24 * 3600 * 1000
 

@@ -14,21 +14,21 @@ from typing import Any
 import pytest
 import redis
 
-from leap import services
-from leap.processes import WorkerProcess
-from leap.runtime import redis_client
-from leap.settings import Settings
+from core.settings import Settings
+from features.store import redis_client
+from services import stack
+from services.workers import WorkerProcess
 
 
 def _testcontainers_settings() -> Iterator[Settings] | None:
-    if os.environ.get("LEAP_USE_TESTCONTAINERS") != "1" or not services.docker_available():
+    if os.environ.get("LEAP_USE_TESTCONTAINERS") != "1" or not stack.docker_available():
         return None
 
     def gen() -> Iterator[Settings]:
         from testcontainers.kafka import KafkaContainer
         from testcontainers.redis import RedisContainer
 
-        with KafkaContainer(f"apache/kafka:{services.KAFKA_VERSION}").with_kraft() as kafka, \
+        with KafkaContainer(f"apache/kafka:{stack.KAFKA_VERSION}").with_kraft() as kafka, \
                 RedisContainer("redis:7") as red:
             url = f"redis://{red.get_container_host_ip()}:{red.get_exposed_port(6379)}/0"
             yield replace(Settings.from_env(), kafka_bootstrap=kafka.get_bootstrap_server(), redis_url=url,
@@ -44,13 +44,13 @@ def settings() -> Iterator[Settings]:
         yield from containers
         return
     base = Settings.from_env()
-    services.up(base)
+    stack.up(base)
     yield base
 
 
 @pytest.fixture(scope="session")
 def running_services(settings: Settings) -> dict[str, Any]:
-    return services.status(settings)
+    return stack.status(settings)
 
 
 @pytest.fixture(scope="session")
@@ -113,7 +113,7 @@ def worker(
 def small_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Ten simulated days of 1,500 attempts, written as the archive format."""
     from fleet.history import simulate, write_history
-    from predictor.training import parse_day
+    from training.train import parse_day
 
     out = tmp_path_factory.mktemp("history")
     write_history(simulate(seed=4, days=10, attempts_per_day=1500, start=parse_day("2025-03-01")), out)

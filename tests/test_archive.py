@@ -14,16 +14,16 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
+from core.hardware import load_catalogue
+from core.settings import Settings
 from fleet.history import simulate, tables
-from leap.hardware import load_catalogue
-from leap.processes import WorkerProcess
-from leap.settings import Settings
-from predictor.dataset import build_examples, read_history
+from services.workers import WorkerProcess
 from streams.archive import ArchiveWriter, arrow_schema, day_of, drop_duplicate_events
 from streams.client import SchedulerClient
 from streams.events import SCHEMA_VERSION, Event, JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
 from tests.factories import T0, finish, start, submission
+from training.dataset import build_examples, read_history
 
 DAY = 86400.0
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from fleet.history import simulate, write_history
 from leap.cli import app
-from predictor.backtest import METHODS, ceiling_predictions, plot_report
-from predictor.backtest import backtest as run_backtest
+from training.backtest import METHODS, ceiling_predictions, plot_report
+from training.backtest import backtest as run_backtest
 
 SMALL = {"num_leaves": 15, "n_estimators": 60}
 

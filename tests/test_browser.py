@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.settings import Settings
 from dashboard.aggregator import Aggregator
 from dashboard.app import create_app
 from dashboard.follower import Follower
 from dashboard.server import BackgroundServer
 from fleet.engine import Attempt, Fleet
-from leap.processes import ROOT, WorkerProcess
-from leap.settings import Settings
+from services.workers import ROOT, WorkerProcess
 from streams.client import SchedulerClient
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.e2e]

@@ -20,6 +20,8 @@ import typer
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
+from core.accuracy import summary as metric_summary
+from core.settings import Settings
 from dashboard.aggregator import Aggregator, AggregatorConfig
 from dashboard.app import create_app
 from dashboard.cli import dashboard_cmd, parse_since
@@ -27,9 +29,7 @@ from dashboard.follower import Follower
 from dashboard.ingest_bench import measure
 from dashboard.rolling import OTHER, PerSecond
 from dashboard.server import BackgroundServer, free_port
-from leap.processes import ROOT
-from leap.settings import Settings
-from predictor.metrics import summary as metric_summary
+from services.workers import ROOT
 from streams.client import SchedulerClient
 from streams.events import SCHEMA_VERSION, JobFinish, Ranking
 from streams.topics import JOB_FINISHES, RANKINGS, Topic, create_topics
@@ -113,7 +113,7 @@ def test_accuracy_join_matches_predictor_metrics() -> None:
         agg.add("finish", finish_bytes(attempt, hw, actual), NOW + 1)
         preds.append(math.nan if pred is None else pred)
         actuals.append(actual)
-    # boundary: exactly 10% off is a hit, as in predictor.metrics.acc_at
+    # boundary: exactly 10% off is a hit, as in core.accuracy.acc_at
     agg.add("ranking", ranking("b1-att-1", [("H100-SXM", 110.0, 20.0)]), NOW)
     agg.add("finish", finish_bytes("b1-att-1", "H100-SXM", 100.0), NOW)
     preds.append(110.0)

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from core.hardware import load_catalogue
 from fleet.history import simulate, write_history
 from leap.cli import app
-from leap.hardware import load_catalogue
-from predictor.dataset import build_examples, read_history
-from predictor.drivers import VARIANTS, drivers, plot_drivers
+from training.dataset import build_examples, read_history
+from training.drivers import VARIANTS, drivers, plot_drivers
 
 KEYS = ("no_prior", "small", "weekly", "window_60", "lookup", "transfer")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from leap.hardware import SPEC_FEATURES, Catalogue, HardwareType, load_catalogue, normalise
+from core.hardware import SPEC_FEATURES, Catalogue, HardwareType, load_catalogue, normalise
 
 REQUIRED = (
     "K80", "P100", "V100-32GB", "T4", "A10G", "L4", "L40S", "A100-40GB", "A100-80GB", "H100-SXM",

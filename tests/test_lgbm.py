@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from leap.hardware import load_catalogue
-from predictor.dataset import Examples, build_examples, read_history
+from core.accuracy import TRUST_GRID, summary
+from core.hardware import load_catalogue
 from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput, _predict_distinct
-from predictor.metrics import TRUST_GRID, summary
 from predictor.models import LookupTable, PriorTransfer
 from predictor.registry import Registry, RegistryError
-from predictor.training import fit_model, split
+from training.dataset import Examples, build_examples, read_history
+from training.train import fit_model, split
 
 SMALL = {"n_estimators": 150, "num_leaves": 31}
 

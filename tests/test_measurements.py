@@ -10,8 +10,8 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from predictor import measurements as m
-from predictor.metrics import TRUST_GRID
+from core.accuracy import TRUST_GRID
+from training import measurements as m
 
 ROOT = Path(__file__).resolve().parent.parent
 GAVEL = ROOT / "data" / "measurements" / "gavel.csv"

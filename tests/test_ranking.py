@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from leap.hardware import load_catalogue
+from core.hardware import load_catalogue
 from predictor.ranking import NO_ESTIMATE, UNKNOWN_HARDWARE, rank_candidates
 
 CAT = load_catalogue()

@@ -9,16 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.hardware import load_catalogue
+from core.settings import Settings
 from fleet.engine import Fleet
-from leap.hardware import load_catalogue
-from leap.processes import WorkerProcess
-from leap.settings import Settings
-from predictor.dataset import build_examples, read_history
 from predictor.registry import Registry
 from predictor.reload import announce
-from predictor.training import fit_model, split
+from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Ranking
+from training.dataset import build_examples, read_history
+from training.train import fit_model, split
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 

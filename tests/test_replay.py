@@ -17,13 +17,13 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner, Result
 
+from core.settings import Settings
 from features.keys import KeyLayout
-from leap.processes import WorkerProcess
-from leap.settings import Settings
+from replay.cli import app
+from replay.timespec import parse_bound
+from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Ranking
-from streams.replay import app
-from streams.replay.timespec import parse_bound
 from streams.topics import JOB_FINISHES, JOB_STARTS
 from tests.factories import CANDIDATES, T0, finish_dict, start, submission
 

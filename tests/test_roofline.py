@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.hardware import load_catalogue
 from features.rows import Rows
-from leap.hardware import load_catalogue
-from predictor.dataset import Examples, build_examples, read_history
+from predictor.learned_roofline import TERMS, LearnedRoofline, step_terms, usable_rows
 from predictor.lgbm import job_effects
-from predictor.roofline import TERMS, LearnedRoofline, step_terms, usable_rows
+from training.dataset import Examples, build_examples, read_history
 
 
 @pytest.fixture(scope="module")

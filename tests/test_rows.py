@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 import redis
 
+from core.hardware import load_catalogue
 from features.keys import KeyLayout
 from features.offline import OfflineFeatureState
 from features.rows import CATEGORICAL, COLUMNS, GROUPS, build_rows
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from features.store import FeatureStore
-from leap.hardware import load_catalogue
-from leap.runtime import canonicalizer
 from tests.factories import T0, finish, submission
 
 CAT = load_catalogue()
@@ -37,7 +36,7 @@ def test_groups_cover_every_column_once() -> None:
 
 @pytest.mark.integration
 def test_served_row_equals_training_row(rds: redis.Redis, run_id: str) -> None:
-    canon = canonicalizer(CAT)
+    canon = CAT.canonical
     store = FeatureStore(rds, KeyLayout(f"rows-{run_id}"), canonicalize=canon)
     offline = OfflineFeatureState(canon)
     events = [

@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
+from core.hardware import load_catalogue
+from core.settings import Settings
 from fleet.engine import Fleet
 from fleet.scheduler import Placement, SchedulerSimulator, cost_per_sample, summarize
-from leap.hardware import load_catalogue
-from leap.processes import WorkerProcess
-from leap.settings import Settings
+from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 
 CAT = load_catalogue()

@@ -15,8 +15,8 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
-from leap import services
-from leap.settings import LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, Settings
+from core.settings import LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, Settings
+from services import stack
 
 integration = pytest.mark.integration
 
@@ -29,7 +29,7 @@ def settings() -> Settings:
 @pytest.fixture(scope="session")
 def running_services(settings: Settings) -> dict[str, Any]:
     """Start (or find) Kafka and Redis once per session."""
-    return services.up(settings)
+    return stack.up(settings)
 
 
 @pytest.fixture()
@@ -79,10 +79,10 @@ def test_up_reports_both_services(running_services: dict[str, Any]) -> None:
 
 @integration
 def test_status_reports_ok(settings: Settings, running_services: dict[str, Any]) -> None:
-    result = services.status(settings)
+    result = stack.status(settings)
     assert result["kafka"] == {
         "ok": True,
-        "version": services.KAFKA_VERSION if not settings.kafka_from_env else "unknown",
+        "version": stack.KAFKA_VERSION if not settings.kafka_from_env else "unknown",
         "bootstrap": settings.kafka_bootstrap,
     }
     assert result["redis"]["ok"] is True
@@ -92,7 +92,7 @@ def test_status_reports_ok(settings: Settings, running_services: dict[str, Any])
 
 @integration
 def test_status_json_command_prints_the_documented_shape(running_services: dict[str, Any]) -> None:
-    outcome = CliRunner().invoke(services.app, ["status", "--json"])
+    outcome = CliRunner().invoke(stack.app, ["status", "--json"])
     assert outcome.exit_code == 0, outcome.output
     printed = json.loads(outcome.stdout)
     assert set(printed) == {"kafka", "redis"}
@@ -105,7 +105,7 @@ def test_status_url_never_shows_a_password() -> None:
     # No server listens on port 1: this also checks that a dead service is "not ok", not a crash.
     fake = Settings(redis_url="redis://leap:s3cret@127.0.0.1:1/0", kafka_bootstrap="127.0.0.1:1")
     started = time.monotonic()
-    result = services.status(fake)
+    result = stack.status(fake)
     assert time.monotonic() - started < 20
     assert result["redis"]["ok"] is False and result["kafka"]["ok"] is False
     assert "s3cret" not in json.dumps(result)
@@ -115,7 +115,7 @@ def test_status_url_never_shows_a_password() -> None:
 @integration
 def test_up_is_idempotent(settings: Settings, running_services: dict[str, Any]) -> None:
     started = time.monotonic()
-    again = services.up(settings)
+    again = stack.up(settings)
     assert time.monotonic() - started < 10
     for name in ("kafka", "redis"):
         assert again[name]["backend"] == running_services[name]["backend"]
@@ -182,9 +182,9 @@ def test_redis_answers(settings: Settings, running_services: dict[str, Any]) -> 
 
 
 def test_compose_file_follows_the_pinned_versions_and_ports() -> None:
-    compose = services._COMPOSE_FILE.read_text()
+    compose = stack._COMPOSE_FILE.read_text()
     default = re.search(r"apache/kafka:\$\{LEAP_KAFKA_VERSION:-([^}]+)\}", compose)
-    assert default is not None and default.group(1) == services.KAFKA_VERSION
+    assert default is not None and default.group(1) == stack.KAFKA_VERSION
     assert f'"127.0.0.1:{LOCAL_KAFKA_PORT}:' in compose
     assert f'"127.0.0.1:{LOCAL_REDIS_PORT}:' in compose
 
@@ -192,7 +192,7 @@ def test_compose_file_follows_the_pinned_versions_and_ports() -> None:
 def test_cluster_ids_never_look_like_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
     # One random id in 64 starts with "-"; the storage tool's parser would read it as an option.
     ids = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=bytes(16))])
-    monkeypatch.setattr(services.uuid, "uuid4", lambda: next(ids))
-    cluster_id = services._cluster_id()
+    monkeypatch.setattr(stack.uuid, "uuid4", lambda: next(ids))
+    cluster_id = stack._cluster_id()
     assert cluster_id == "AAAAAAAAAAAAAAAAAAAAAA"
     assert len(cluster_id) == 22

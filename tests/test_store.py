@@ -8,12 +8,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from core.hardware import load_catalogue
+from core.settings import Settings
 from features.keys import JOB_WINDOW, KeyLayout
 from features.offline import OfflineFeatureState
 from features.store import FeatureStore
-from leap.hardware import load_catalogue
-from leap.runtime import canonicalizer
-from leap.settings import Settings
 from tests.factories import T0, finish, start, submission
 
 pytestmark = pytest.mark.integration
@@ -21,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def store(rds: redis.Redis, run_id: str) -> Iterator[FeatureStore]:
-    fs = FeatureStore(rds, KeyLayout(f"test-{run_id}"), canonicalize=canonicalizer(load_catalogue()))
+    fs = FeatureStore(rds, KeyLayout(f"test-{run_id}"), canonicalize=load_catalogue().canonical)
     yield fs
     fs.delete_all()
 
@@ -97,7 +96,7 @@ def test_batch_read_is_one_round_trip_per_batch(store: FeatureStore, settings: S
 
 def test_scripts_agree_with_the_offline_replay(store: FeatureStore) -> None:
     rng = random.Random(3)
-    canon = canonicalizer(load_catalogue())
+    canon = load_catalogue().canonical
     offline = OfflineFeatureState(canon)
     events = []
     for i in range(600):

@@ -2,7 +2,7 @@
 
 The row builder reads the specs (:data:`SPEC_FEATURES`), the ranking reads the prices and the
 simulator reads both, so all of them see the same numbers. Specs live in
-``leap/data/hardware.toml``; prices there are list prices and can be overridden by a CSV
+``core/data/hardware.toml``; prices there are list prices and can be overridden by a CSV
 (``hardware,price_per_hour,source``) named by ``LEAP_PRICES_FILE`` or passed to
 :meth:`Catalogue.load`. Workers call :meth:`Catalogue.reload_prices_if_changed` now and then so
 that a new price file takes effect without a restart.
@@ -211,7 +211,7 @@ class Catalogue:
         Parameters
         ----------
         path
-            TOML file with ``[[hardware]]`` tables; default ``leap/data/hardware.toml``.
+            TOML file with ``[[hardware]]`` tables; default ``core/data/hardware.toml``.
         prices
             Optional price-override CSV; default the file named by ``LEAP_PRICES_FILE``.
 
@@ -305,6 +305,11 @@ class Catalogue:
             self._resolved[name] = canonical
         return self.types[canonical] if canonical is not None else None
 
+    def canonical(self, name: str) -> str:
+        """The canonical name of ``name`` (any spelling); names the catalogue lacks come back unchanged."""
+        hw = self.resolve(name)
+        return hw.name if hw is not None else name
+
     def names(self) -> list[str]:
         """Canonical names in catalogue order."""
         return list(self.types)
@@ -323,5 +328,5 @@ class Catalogue:
 
 @lru_cache(maxsize=1)
 def load_catalogue() -> Catalogue:
-    """The default catalogue (``leap/data/hardware.toml`` + ``LEAP_PRICES_FILE``), loaded once."""
+    """The default catalogue (``core/data/hardware.toml`` + ``LEAP_PRICES_FILE``), loaded once."""
     return Catalogue.load()

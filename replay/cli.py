@@ -20,17 +20,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from core.hardware import load_catalogue
+from core.settings import Settings
 from features.keys import KeyLayout
-from leap.hardware import load_catalogue
-from leap.runtime import feature_store
-from leap.settings import Settings
-from streams.replay.copy import LIVE_TOPICS, copy_slice
-from streams.replay.decode import BY_TOPIC, TYPE_NAMES
-from streams.replay.inspection import inspect_slice, matcher
-from streams.replay.reader import Reader, ReplayError, Tally, TopicRange
-from streams.replay.rebuild import compare, replay_events
-from streams.replay.rerank import collect, load_model, shadow_report
-from streams.replay.timespec import Bound, check_order, parse_bound
+from features.store import open_store
+from replay.copy import LIVE_TOPICS, copy_slice
+from replay.decode import BY_TOPIC, TYPE_NAMES
+from replay.inspection import inspect_slice, matcher
+from replay.reader import Reader, ReplayError, Tally, TopicRange
+from replay.rebuild import compare, replay_events
+from replay.rerank import collect, load_model, shadow_report
+from replay.timespec import Bound, check_order, parse_bound
 from streams.topics import ALL_TOPICS, JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
 
 app = typer.Typer(
@@ -146,7 +146,7 @@ def rebuild_features(
         raise typer.BadParameter(f"{target!r} is the live prefix; pass --live to rebuild into it",
                                  param_hint="'--prefix'")
     catalogue = load_catalogue()
-    store = None if dry_run else feature_store(settings, catalogue, prefix=target)
+    store = None if dry_run else open_store(settings, catalogue, prefix=target)
     if store is not None and not live and next(store.client.scan_iter(match=store.layout.pattern(), count=1000), None):
         _fail(f"prefix {target!r} already holds keys; choose another --prefix (or delete it first)", 2)
     topics = _topics(topic, extra_topic, [JOB_STARTS.name, JOB_FINISHES.name])

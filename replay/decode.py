@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Message
 
+from replay.reader import Tally
 from streams.events import (
     DeadLetter,
     Event,
@@ -18,7 +19,6 @@ from streams.events import (
     Ranking,
     Submission,
 )
-from streams.replay.reader import Tally
 from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS, MODELS, RANKINGS, SUBMISSIONS
 
 BY_TOPIC: dict[str, type[Event]] = {

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from leap.settings import Settings
-from streams.replay.timespec import Bound
+from core.settings import Settings
+from replay.timespec import Bound
 
 #: Give up on a partition that yields nothing (no message, no end-of-partition) for this long.
 STALL_TIMEOUT_S = 30.0

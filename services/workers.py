@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from leap.settings import Settings
+from core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from leap.settings import Settings
+from core.settings import Settings
 from predictor.registry import Registry
 
 console = Console(stderr=True)
@@ -44,7 +44,7 @@ def train_cmd(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the training report here.")] = None,
 ) -> None:
     """Fit LightGBM on the history and register a new version."""
-    from predictor.training import not_worse, parse_day, train
+    from training.train import not_worse, parse_day, train
 
     _check_history(history)
     try:
@@ -81,7 +81,7 @@ def _print_metrics(metrics: dict[str, dict[str, float]], title: str) -> None:
 
 
 def _promote(reg: Registry, version: str, reason: str) -> None:
-    from predictor.nightly import promote_and_announce
+    from training.nightly import promote_and_announce
 
     promote_and_announce(reg, version, reason, Settings.from_env())
     console.print(f"promoted and announced [bold]{version}[/]")
@@ -117,7 +117,7 @@ def models_promote(
 ) -> None:
     """Make a version current and announce it, if it is not worse than the current one."""
     from predictor.registry import RegistryError
-    from predictor.training import compare_on_holdout
+    from training.train import compare_on_holdout
 
     reg = _registry(registry)
     try:
@@ -153,7 +153,7 @@ def backtest_cmd(
     window_days: Annotated[int, typer.Option(min=1, help="Training window of each retrain.")] = 30,
 ) -> None:
     """Nightly retrains over the last DAYS days: train on everything before, score the day."""
-    from predictor.backtest import backtest, plot_report
+    from training.backtest import backtest, plot_report
 
     _check_history(history)
     try:
@@ -190,7 +190,7 @@ def drivers_cmd(
     jobs: Annotated[int, typer.Option(min=1, help="Worker processes fitting models in parallel.")] = 2,
 ) -> None:
     """What moves accuracy: feature groups, window, cadence, model size, target transform."""
-    from predictor.drivers import VARIANTS, drivers, plot_drivers
+    from training.drivers import VARIANTS, drivers, plot_drivers
 
     chosen = [k.strip() for k in variants.split(",") if k.strip()] if variants is not None else None
     unknown = sorted(set(chosen or ()) - {v.key for v in VARIANTS})

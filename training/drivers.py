@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from leap.hardware import Catalogue, load_catalogue
-from predictor.dataset import DAY, Examples, History, build_examples, read_history
-from predictor.metrics import summary
+from core.accuracy import summary
+from core.hardware import Catalogue, load_catalogue
 from predictor.models import LookupTable, PriorTransfer, ThroughputModel
-from predictor.training import day_text, fit_model
+from training.dataset import DAY, Examples, History, build_examples, read_history
+from training.train import day_text, fit_model
 
 ALL_GROUPS = ("config", "hardware", "prior", "lookup")
 
@@ -210,7 +210,7 @@ def drivers(
     progress
         Anything with ``print`` (a rich console), for one line per fit.
     examples
-        ``(history, examples)`` already built with :func:`predictor.dataset.build_examples`.
+        ``(history, examples)`` already built with :func:`training.dataset.build_examples`.
     variants
         Keys of :data:`VARIANTS` to run (``default`` is always run); all by default.
     window_days

@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from core.accuracy import regret, summary, top1
+from core.hardware import Catalogue, load_catalogue
 from features.rows import Rows
-from leap.hardware import Catalogue, load_catalogue
-from predictor.dataset import DAY, Examples, History, build_examples, read_history
 from predictor.lgbm import EVIDENCE, evidence_level
-from predictor.metrics import regret, summary, top1
 from predictor.models import LookupTable, PriorTransfer, ThroughputModel
-from predictor.training import day_text, fit_model
 from streams.events import Submission
+from training.dataset import DAY, Examples, History, build_examples, read_history
+from training.train import day_text, fit_model
 
 METRICS = ("acc@10", "acc@20", "mape", "top1", "regret")
 #: Scored side by side, in the order tables list them.

@@ -17,9 +17,9 @@ import redis
 
 from features.keys import LOOKUP_WINDOW, KeyLayout
 from features.store import FeatureStore
+from replay.decode import decode
+from replay.reader import Reader, ReplayError
 from streams.events import Event, JobFinish, JobStart
-from streams.replay.decode import decode
-from streams.replay.reader import Reader, ReplayError
 
 #: Events per pipelined round trip, as the feature agents batch them.
 BATCH = 500

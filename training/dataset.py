@@ -19,10 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from core.hardware import Catalogue
 from features.offline import OfflineFeatureState
 from features.rows import Rows, build_rows, row_dicts, to_columns
-from leap.hardware import Catalogue
-from leap.runtime import canonicalizer
 from streams.archive import drop_duplicate_events
 from streams.events import JobFinish, JobStart, Submission
 
@@ -156,7 +155,7 @@ def build_examples(
     order = np.lexsort((kinds, times))
 
     rng = np.random.default_rng(seed)
-    state = OfflineFeatureState(canonicalizer(catalogue))
+    state = OfflineFeatureState(catalogue.canonical)
     row_list: list[dict[str, Any]] = []
     y: list[float] = []
     t_sub: list[float] = []

@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 from confluent_kafka import Message
 
-from leap.hardware import Catalogue
+from core.hardware import Catalogue
+from replay.decode import coordinates, event_json, key_text, raw_preview, try_decode
+from replay.reader import Reader
 from streams.events import Event, EventError
-from streams.replay.decode import coordinates, event_json, key_text, raw_preview, try_decode
-from streams.replay.reader import Reader
 
 
 def hardware_of(ev: Event) -> set[str]:

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from leap.hardware import Catalogue, load_catalogue
-from predictor.dataset import DAY, Examples, History, build_examples, read_history
+from core.accuracy import summary
+from core.hardware import Catalogue, load_catalogue
 from predictor.lgbm import LightGBMThroughput
-from predictor.metrics import summary
 from predictor.models import LookupTable, PriorTransfer, ThroughputModel
 from predictor.registry import ModelRecord, Registry
+from training.dataset import DAY, Examples, History, build_examples, read_history
 
 
 def parse_day(text: str) -> float:

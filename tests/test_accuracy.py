@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from predictor.metrics import TRUST_GRID, acc_at, best_weight, mape, regret, relative_errors, summary, top1
+from core.accuracy import TRUST_GRID, acc_at, best_weight, mape, regret, relative_errors, summary, top1
 
 
 def test_relative_errors_by_hand() -> None:

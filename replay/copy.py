@@ -15,10 +15,10 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from leap.settings import Settings
+from core.settings import Settings
+from replay.decode import header_pairs, key_text, try_decode
+from replay.reader import Reader, ReplayError
 from streams.events import EventError
-from streams.replay.decode import header_pairs, key_text, try_decode
-from streams.replay.reader import Reader, ReplayError
 from streams.topics import ALL_TOPICS
 
 LIVE_TOPICS = frozenset(t.name for t in ALL_TOPICS)

@@ -16,16 +16,16 @@ from typing import Any, cast
 
 import numpy as np
 
+from core.accuracy import summary
+from core.hardware import Catalogue
+from core.settings import Settings
 from features.snapshot import FeatureSnapshot
 from features.store import FeatureStore
-from leap.hardware import Catalogue
-from leap.settings import Settings
-from predictor.metrics import summary
 from predictor.models import BASELINES
 from predictor.service import ActiveModel, ModelHolder, RankingService
+from replay.decode import decode
+from replay.reader import Reader, ReplayError
 from streams.events import JobFinish, Ranking, Submission
-from streams.replay.decode import decode
-from streams.replay.reader import Reader, ReplayError
 
 #: Submissions ranked per call, as the predictor batches them.
 BATCH = 500

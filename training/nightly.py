@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leap.settings import Settings
-from predictor.dataset import DAY
+from core.settings import Settings
 from predictor.registry import Registry
-from predictor.training import day_text, not_worse, train
 from streams.events import ModelAnnouncement
+from training.dataset import DAY
+from training.train import day_text, not_worse, train
 
 log = logging.getLogger("leap.nightly")
 
@@ -139,7 +139,7 @@ def run_nightly(
     as_of
         Train on what was known before this time; default :func:`nightly_as_of`.
     window_days, params
-        Passed to :func:`predictor.training.train`.
+        Passed to :func:`training.train.train`.
     now
         Clock for the default ``as_of`` (tests).
 

@@ -18,7 +18,7 @@ Two protocols hold data out:
     the same with each workload (across suites) held out in turn.
 
 Three models run on the same pairs: ``lightgbm``, ``lookup`` (median of the workload on *h*) and
-``transfer`` (prior x median ratio *h*/*a*). Metrics come from :mod:`predictor.metrics`.
+``transfer`` (prior x median ratio *h*/*a*). Metrics come from :mod:`core.accuracy`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import numpy.typing as npt
 import orjson
 import typer
 
-from leap.hardware import SPEC_FEATURES, Catalogue, load_catalogue
-from predictor.metrics import best_weight, summary
+from core.accuracy import best_weight, summary
+from core.hardware import SPEC_FEATURES, Catalogue, load_catalogue
 
 REQUIRED_COLUMNS = ("workload", "hardware", "num_accelerators", "global_batch_size", "throughput")
 OPTIONAL_NUMERIC = ("params", "seq_len")
@@ -545,7 +545,7 @@ def evaluate(
     exclude
         LightGBM feature names to leave out (ablations).
     catalogue
-        Hardware catalogue for the spec features; default :func:`leap.hardware.load_catalogue`.
+        Hardware catalogue for the spec features; default :func:`core.hardware.load_catalogue`.
 
     Returns
     -------

@@ -1,0 +1,1 @@
+"""Local services for development, the demo and the tests: Kafka (KRaft), Redis, worker processes."""
