@@ -19,7 +19,7 @@ from core.settings import Settings
 from dashboard.cli import dashboard_cmd
 from fleet import cli as fleet_cli
 from replay.cli import app as replay_app
-from services import stack
+from services.cli import app as services_app
 from streams.events import EventError, Submission
 from training import cli as training_cli
 from training.measurements import evaluate_measurements_cmd
@@ -31,7 +31,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(stack.app, name="services", help="Local Kafka (KRaft) and Redis: up, down, status.")
+app.add_typer(services_app, name="services", help="Local Kafka (KRaft) and Redis: up, down, status.")
 app.add_typer(fleet_cli.app, name="fleet", help="The simulated fleet: describe, calibrate, history.")
 app.command("evaluate-measurements")(evaluate_measurements_cmd)
 app.add_typer(replay_app, name="replay", help="Replay topics: rebuild features, re-rank, copy, inspect.")

@@ -7,14 +7,12 @@ The demo, the end-to-end benchmark and the tests all run workers this way.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from core.settings import Settings
-
-ROOT = Path(__file__).resolve().parent.parent
+from services.processes import ROOT, stop_process, tail
 
 
 def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -58,14 +56,10 @@ class WorkerProcess:
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM, wait up to ``timeout`` seconds, then SIGKILL; returns the exit code."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            stop_process(self.proc, timeout)
+        self.proc.wait(10)
         self._log.close()
         return self.proc.returncode
 
     def log_tail(self, n: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        return tail(self.log_path, n)

@@ -17,18 +17,20 @@ import redis
 from core.settings import Settings
 from features.store import redis_client
 from services import stack
+from services.docker import docker_available
+from services.kafka import KAFKA_VERSION
 from services.workers import WorkerProcess
 
 
 def _testcontainers_settings() -> Iterator[Settings] | None:
-    if os.environ.get("LEAP_USE_TESTCONTAINERS") != "1" or not stack.docker_available():
+    if os.environ.get("LEAP_USE_TESTCONTAINERS") != "1" or not docker_available():
         return None
 
     def gen() -> Iterator[Settings]:
         from testcontainers.kafka import KafkaContainer
         from testcontainers.redis import RedisContainer
 
-        with KafkaContainer(f"apache/kafka:{stack.KAFKA_VERSION}").with_kraft() as kafka, \
+        with KafkaContainer(f"apache/kafka:{KAFKA_VERSION}").with_kraft() as kafka, \
                 RedisContainer("redis:7") as red:
             url = f"redis://{red.get_container_host_ip()}:{red.get_exposed_port(6379)}/0"
             yield replace(Settings.from_env(), kafka_bootstrap=kafka.get_bootstrap_server(), redis_url=url,

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
 from core.settings import LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, Settings
-from services import stack
+from services import cli, docker, kafka, stack
 
 integration = pytest.mark.integration
 
@@ -82,7 +82,7 @@ def test_status_reports_ok(settings: Settings, running_services: dict[str, Any])
     result = stack.status(settings)
     assert result["kafka"] == {
         "ok": True,
-        "version": stack.KAFKA_VERSION if not settings.kafka_from_env else "unknown",
+        "version": kafka.KAFKA_VERSION if not settings.kafka_from_env else "unknown",
         "bootstrap": settings.kafka_bootstrap,
     }
     assert result["redis"]["ok"] is True
@@ -92,7 +92,7 @@ def test_status_reports_ok(settings: Settings, running_services: dict[str, Any])
 
 @integration
 def test_status_json_command_prints_the_documented_shape(running_services: dict[str, Any]) -> None:
-    outcome = CliRunner().invoke(stack.app, ["status", "--json"])
+    outcome = CliRunner().invoke(cli.app, ["status", "--json"])
     assert outcome.exit_code == 0, outcome.output
     printed = json.loads(outcome.stdout)
     assert set(printed) == {"kafka", "redis"}
@@ -182,9 +182,9 @@ def test_redis_answers(settings: Settings, running_services: dict[str, Any]) -> 
 
 
 def test_compose_file_follows_the_pinned_versions_and_ports() -> None:
-    compose = stack._COMPOSE_FILE.read_text()
+    compose = docker.COMPOSE_FILE.read_text()
     default = re.search(r"apache/kafka:\$\{LEAP_KAFKA_VERSION:-([^}]+)\}", compose)
-    assert default is not None and default.group(1) == stack.KAFKA_VERSION
+    assert default is not None and default.group(1) == kafka.KAFKA_VERSION
     assert f'"127.0.0.1:{LOCAL_KAFKA_PORT}:' in compose
     assert f'"127.0.0.1:{LOCAL_REDIS_PORT}:' in compose
 
@@ -192,7 +192,7 @@ def test_compose_file_follows_the_pinned_versions_and_ports() -> None:
 def test_cluster_ids_never_look_like_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
     # One random id in 64 starts with "-"; the storage tool's parser would read it as an option.
     ids = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=bytes(16))])
-    monkeypatch.setattr(stack.uuid, "uuid4", lambda: next(ids))
-    cluster_id = stack._cluster_id()
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(ids))
+    cluster_id = kafka._cluster_id()
     assert cluster_id == "AAAAAAAAAAAAAAAAAAAAAA"
     assert len(cluster_id) == 22

@@ -1,0 +1,94 @@
+"""``leap services up|down|status``: the command line of ``services.stack``."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from core.settings import Settings
+from services.processes import ServiceError
+from services.stack import down, status, up
+
+app = typer.Typer(help="Local Apache Kafka (KRaft) and redis-server.", no_args_is_help=True)
+_console = Console(stderr=True)
+
+
+def _fail(exc: ServiceError) -> None:
+    # soft_wrap: log tails in the message stay one line per log line
+    _console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@app.command("up")
+def up_command() -> None:
+    """Start Kafka and Redis (or find them running) and wait until both answer."""
+    settings = Settings.from_env()
+    try:
+        with _console.status("starting services") as spinner:
+            result = up(settings, step=lambda msg: spinner.update(msg))
+    except ServiceError as exc:
+        _fail(exc)
+        return
+    table = Table("service", "backend", "state", "address", "version", "seconds")
+    table.add_row(
+        "kafka",
+        result["kafka"]["backend"],
+        result["kafka"]["action"],
+        result["kafka"]["bootstrap"],
+        result["kafka"]["version"],
+        f"{result['kafka']['seconds']:.1f}",
+    )
+    table.add_row(
+        "redis",
+        result["redis"]["backend"],
+        result["redis"]["action"],
+        result["redis"]["url"],
+        result["redis"]["version"],
+        f"{result['redis']['seconds']:.1f}",
+    )
+    Console().print(table)
+
+
+@app.command("down")
+def down_command(
+    purge: bool = typer.Option(False, "--purge", help="Also delete the services' data and logs."),
+) -> None:
+    """Stop the services that `up` started (SIGTERM, then SIGKILL after a grace period)."""
+    try:
+        result = down(Settings.from_env(), purge=purge)
+    except ServiceError as exc:
+        _fail(exc)
+        return
+    for name, state in result.items():
+        Console().print(f"{name}: {state}")
+
+
+@app.command("status")
+def status_command(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Whether Kafka and Redis answer; exits 1 if either does not."""
+    result = status(Settings.from_env())
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        table = Table("service", "ok", "address", "version", "error")
+        for name, address_key in (("kafka", "bootstrap"), ("redis", "url")):
+            row = result[name]
+            table.add_row(
+                name,
+                "[green]yes[/]" if row["ok"] else "[red]no[/]",
+                str(row[address_key]),
+                str(row["version"] or "-"),
+                str(row.get("error", "")),
+            )
+        Console().print(table)
+    if not (result["kafka"]["ok"] and result["redis"]["ok"]):
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    app()
