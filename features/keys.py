@@ -1,5 +1,8 @@
 """Redis key layout of the online store: the one place that spells a key.
 
+What is stored under the keys (field values, counters, packed windows) is declared in
+:mod:`features.layout`.
+
 Every key of one job carries the ``{job_key}`` hash tag, so a job's keys share one Redis
 Cluster slot and one Lua script can update them atomically. Lookup aggregates are tagged by
 their model type (or family) for the same reason.
@@ -15,8 +18,6 @@ JOB_WINDOW = 8
 LOOKUP_WINDOW = 64
 #: Seconds a job's de-duplication set lives after its last write.
 SEEN_TTL_S = 90 * 24 * 3600
-#: Fields of the job hash that are job-level counters rather than hardware types.
-META_PREFIX = "_"
 
 
 @dataclass(frozen=True)
@@ -26,11 +27,11 @@ class KeyLayout:
     prefix: str = "leap"
 
     def job(self, job_key: str) -> str:
-        """Hash: field per hardware -> ``n,last_time,last_value,robust`` (+ ``_``-prefixed counters)."""
+        """Hash: field per hardware -> :data:`~features.layout.JOB_FIELD`, plus the attempt counters."""
         return f"{self.prefix}:job:{{{job_key}}}"
 
     def job_window(self, job_key: str) -> str:
-        """Hash: field per hardware -> the newest observations, ``time id value;...`` (scripts only)."""
+        """Hash: field per hardware -> the newest observations, a packed window (:mod:`features.layout`)."""
         return f"{self.prefix}:job:{{{job_key}}}:win"
 
     def job_seen(self, job_key: str) -> str:
@@ -38,11 +39,11 @@ class KeyLayout:
         return f"{self.prefix}:job:{{{job_key}}}:seen"
 
     def lookup_model(self, model_type: str) -> str:
-        """Hash: field per hardware -> ``n,median`` of per-accelerator throughput of a model type."""
+        """Hash: field per hardware -> :data:`~features.layout.LOOKUP_FIELD` of a model type."""
         return f"{self.prefix}:lookup:{{m:{model_type}}}"
 
     def lookup_family(self, family: str) -> str:
-        """Hash: field per hardware -> ``n,median`` of per-accelerator throughput of a family."""
+        """Hash: field per hardware -> :data:`~features.layout.LOOKUP_FIELD` of a model family."""
         return f"{self.prefix}:lookup:{{f:{family}}}"
 
     @staticmethod

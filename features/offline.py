@@ -2,8 +2,14 @@
 
 Training and backtests replay history in event order through this class to get point-in-time
 snapshots (what Redis held when each submission arrived) without a server round trip per event.
-``tests/test_offline.py`` applies the same events to both and checks they agree field for field,
-so the Lua scripts and this class cannot silently diverge.
+``tests/test_store.py::test_scripts_agree_with_the_offline_replay`` applies the same random,
+shuffled and duplicated starts and finishes to both and checks their snapshots are equal, so the
+Lua scripts and this class cannot silently diverge (``tests/test_rows.py`` checks the rows built
+from them are equal too).
+
+Counters are named by :data:`features.layout.COUNTERS`, as the store's readers name them; a
+window entry is ``(time, id, value)`` ordered by (time, id), as :data:`features.layout.WINDOW_ENTRY`
+and ``window_insert`` in ``features/lua/window.lua`` order it.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from features.keys import JOB_WINDOW, LOOKUP_WINDOW
+from features.layout import STARTS, packable_id
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
-from features.store import packable_id, per_accelerator
+from features.store import per_accelerator
 from streams.events import JobFinish, JobStart, Submission
 
 Entry = tuple[float, str, float]  # (event time, event id, per-accelerator throughput)
@@ -61,8 +68,7 @@ class _Window:
 class _Job:
     seen: set[str] = field(default_factory=set)
     windows: dict[str, _Window] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    last_start: tuple[float, str] | None = None
+    counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # by counter name
 
 
 class OfflineFeatureState:
@@ -77,12 +83,13 @@ class OfflineFeatureState:
         self._lookup_cache: dict[tuple[int, str], dict[str, LookupStat]] = {}
 
     def apply_finish(self, ev: JobFinish) -> bool:
+        """Apply a finish as ``job_finish.lua`` and ``lookup.lua`` do; False for a duplicate."""
         job = self.jobs[ev.job_key]
         eid = packable_id(ev.event_id)
         if eid in job.seen:
             return False
         job.seen.add(eid)
-        job.counters[ev.outcome] += 1
+        job.counters[ev.outcome] += 1  # outcome counters are named after the outcomes
         if ev.throughput is None:
             return True
         hw = self._hw(ev.hardware)
@@ -99,15 +106,13 @@ class OfflineFeatureState:
         return True
 
     def apply_start(self, ev: JobStart) -> bool:
+        """Count a start as ``job_start.lua`` does; False for a duplicate."""
         job = self.jobs[ev.job_key]
         eid = packable_id(ev.event_id)
         if eid in job.seen:
             return False
         job.seen.add(eid)
-        job.counters["starts"] += 1
-        key = (ev.event_time, eid)
-        if job.last_start is None or key > job.last_start:
-            job.last_start = key
+        job.counters[STARTS] += 1
         return True
 
     def _lookups(self, kind: int, table: dict[str, dict[str, _Window]], name: str) -> dict[str, LookupStat]:
@@ -119,6 +124,7 @@ class OfflineFeatureState:
         return cached
 
     def snapshot(self, sub: Submission) -> FeatureSnapshot:
+        """What :meth:`features.store.FeatureStore.read` would return for ``sub`` now."""
         job = self.jobs.get(sub.job_key)
         prior: dict[str, PriorStat] = {}
         counters: dict[str, int] = {}
@@ -127,14 +133,11 @@ class OfflineFeatureState:
             for hw, win in job.windows.items():
                 newest = win.entries[-1]
                 prior[hw] = PriorStat(win.n, newest[0], newest[2], win.median())
-        return FeatureSnapshot(
-            prior=prior,
-            lookup_model=self._lookups(0, self.models, sub.model_type),
-            lookup_family=self._lookups(1, self.families, sub.family),
-            starts=counters.get("starts", 0),
-            completed=counters.get("completed", 0),
-            failed=counters.get("failed", 0),
-            preempted=counters.get("preempted", 0),
+        return FeatureSnapshot.of(
+            prior,
+            self._lookups(0, self.models, sub.model_type),
+            self._lookups(1, self.families, sub.family),
+            counters,
         )
 
 

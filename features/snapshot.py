@@ -7,6 +7,7 @@ what makes served rows and training rows the same.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,21 @@ class FeatureSnapshot:
     completed: int = 0
     failed: int = 0
     preempted: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        prior: dict[str, PriorStat],
+        lookup_model: dict[str, LookupStat],
+        lookup_family: dict[str, LookupStat],
+        counts: Mapping[str, int],
+    ) -> FeatureSnapshot:
+        """A snapshot whose attempt counters come from ``counts`` (name -> count, absent = 0).
+
+        The names are :data:`features.layout.COUNTERS`, which are this class's counter fields, so
+        a counter the store declares but this class lacks fails here instead of being dropped.
+        """
+        return cls(prior=prior, lookup_model=lookup_model, lookup_family=lookup_family, **counts)
 
     def to_json(self) -> dict[str, Any]:
         """Compact form recorded in rankings (``features_used``)."""

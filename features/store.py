@@ -2,7 +2,13 @@
 
 Writes: one Lua script per event (atomic check-and-set, unlike a client-side read-modify-write),
 sent for a whole batch in one pipelined round trip. Reads: one pipelined round trip per batch
-of submissions, three ``HGETALL`` per submission, parsed straight into :class:`FeatureSnapshot`.
+of submissions: an ``HGETALL`` of each submission's job hash, and one of each distinct model
+type's and family's lookup hash in the batch (parsed once, shared by the batch's snapshots),
+parsed straight into :class:`FeatureSnapshot`.
+
+The stored values (field layout, separators, counter names, window packing) are declared in
+:mod:`features.layout`: the scripts build them with its generated Lua prelude and the readers
+here parse them with its parsers.
 
 Throughput is stored per accelerator (samples/s divided by the attempt's accelerator count),
 so attempts of one job or model type at different scales inform each other.
@@ -10,8 +16,6 @@ so attempts of one job or model type at different scales inform each other.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
@@ -21,29 +25,31 @@ import redis
 from core.hardware import Catalogue, load_catalogue
 from core.settings import Settings
 from features.keys import JOB_WINDOW, LOOKUP_WINDOW, SEEN_TTL_S, KeyLayout
+from features.layout import (
+    COUNTER_FIELDS,
+    COUNTER_PREFIX,
+    STARTS,
+    counter_field,
+    lua_prelude,
+    num,
+    packable_id,
+    parse_job_field,
+    parse_lookup_field,
+    text,
+)
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams.events import JobFinish, JobStart, Submission
-
-_SAFE_ID = re.compile(r"^[^\s;]{1,128}$")
 
 
 @cache
 def _lua(name: str) -> str:
-    """A script with the shared window helpers prepended."""
+    """A script with the generated value formats and the shared window helpers prepended.
+
+    The scripts spell no stored format themselves: :func:`features.layout.lua_prelude` defines
+    the packers and parsers from the one declaration the Python readers use too.
+    """
     folder = resources.files("features") / "lua"
-    return (folder / "window.lua").read_text() + "\n" + (folder / f"{name}.lua").read_text()
-
-
-def packable_id(event_id: str) -> str:
-    """An event id safe to embed in a packed window (no spaces or ';')."""
-    if _SAFE_ID.match(event_id):
-        return event_id
-    return "h" + hashlib.sha1(event_id.encode()).hexdigest()
-
-
-def num(value: float) -> str:
-    """Exact text of a float (shortest repr that round-trips), as the scripts store it."""
-    return repr(float(value))
+    return "\n".join([lua_prelude(), (folder / "window.lua").read_text(), (folder / f"{name}.lua").read_text()])
 
 
 def _same(name: str) -> str:
@@ -51,6 +57,7 @@ def _same(name: str) -> str:
 
 
 def per_accelerator(throughput: float, num_accelerators: int) -> float:
+    """Throughput of one accelerator: what the store keeps, so attempts at different scales compare."""
     return throughput / num_accelerators
 
 
@@ -94,7 +101,7 @@ class FeatureStore:
             value = "" if ev.throughput is None else num(per_accelerator(ev.throughput, ev.num_accelerators))
             self._finish(
                 keys=[lay.job(ev.job_key), lay.job_window(ev.job_key), lay.job_seen(ev.job_key)],
-                args=[eid, t, hw, value, ev.outcome, JOB_WINDOW, SEEN_TTL_S],
+                args=[eid, t, hw, value, counter_field(ev.outcome), JOB_WINDOW, SEEN_TTL_S],
                 client=pipe,
             )
             if value:
@@ -113,10 +120,11 @@ class FeatureStore:
         if not events:
             return []
         pipe = self.client.pipeline(transaction=False)
+        starts = counter_field(STARTS)
         for ev in events:
             self._start(
                 keys=[self.layout.job(ev.job_key), self.layout.job_seen(ev.job_key)],
-                args=[packable_id(ev.event_id), num(ev.event_time), self._hw(ev.hardware), SEEN_TTL_S],
+                args=[packable_id(ev.event_id), starts, SEEN_TTL_S],
                 client=pipe,
             )
         return [int(r) for r in pipe.execute()]
@@ -157,41 +165,29 @@ class FeatureStore:
         return deleted
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def parse_snapshot(
     job: dict[bytes, bytes], model: dict[str, LookupStat], family: dict[str, LookupStat]
 ) -> FeatureSnapshot:
-    """A snapshot from a job's hash and its (already parsed, shared) lookup aggregates."""
+    """A snapshot from a job's hash and its (already parsed, shared) lookup aggregates.
+
+    Counter-prefixed fields that are not declared counters are skipped: hashes that older
+    versions wrote may still hold the retired ``_last_start*`` fields.
+    """
     prior: dict[str, PriorStat] = {}
-    counters: dict[str, int] = {}
+    counts: dict[str, int] = {}
     for raw_field, raw_value in job.items():
-        name, value = _text(raw_field), _text(raw_value)
-        if name.startswith("_"):
-            if name in ("_starts", "_completed", "_failed", "_preempted"):
-                counters[name] = int(value)
+        name, value = text(raw_field), text(raw_value)
+        if name.startswith(COUNTER_PREFIX):
+            counter = COUNTER_FIELDS.get(name)
+            if counter is not None:
+                counts[counter] = int(value)
             continue
-        n, last_time, last, robust = value.split(",")
-        prior[name] = PriorStat(int(n), float(last_time), float(last), float(robust))
-    return FeatureSnapshot(
-        prior=prior,
-        lookup_model=model,
-        lookup_family=family,
-        starts=counters.get("_starts", 0),
-        completed=counters.get("_completed", 0),
-        failed=counters.get("_failed", 0),
-        preempted=counters.get("_preempted", 0),
-    )
+        prior[name] = parse_job_field(value)
+    return FeatureSnapshot.of(prior, model, family, counts)
 
 
 def _parse_lookup(raw: dict[bytes, bytes]) -> dict[str, LookupStat]:
-    out = {}
-    for raw_field, raw_value in raw.items():
-        n, median = _text(raw_value).split(",")
-        out[_text(raw_field)] = LookupStat(int(n), float(median))
-    return out
+    return {text(field): parse_lookup_field(text(value)) for field, value in raw.items()}
 
 
 def redis_client(settings: Settings) -> redis.Redis:

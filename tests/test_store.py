@@ -13,6 +13,8 @@ from core.settings import Settings
 from features.keys import JOB_WINDOW, KeyLayout
 from features.offline import OfflineFeatureState
 from features.store import FeatureStore
+from replay.rebuild import RebuildResult, compare
+from streams.events import JobFinish, JobStart
 from tests.factories import T0, finish, start, submission
 
 pytestmark = pytest.mark.integration
@@ -95,22 +97,57 @@ def test_batch_read_is_one_round_trip_per_batch(store: FeatureStore, settings: S
 
 
 def test_scripts_agree_with_the_offline_replay(store: FeatureStore) -> None:
+    """Random starts and finishes, duplicated and shuffled: Redis and the offline twin read alike."""
     rng = random.Random(3)
     canon = load_catalogue().canonical
     offline = OfflineFeatureState(canon)
-    events = []
+    hardware = ["H100-SXM", "H100", "A100-80GB", "TPU-v5p", "MI300X"]
+    events: list[JobStart | JobFinish] = []
     for i in range(600):
         job = f"j{rng.randrange(12)}"
-        hw = rng.choice(["H100-SXM", "H100", "A100-80GB", "TPU-v5p", "MI300X"])
+        hw = rng.choice(hardware)
         outcome = rng.choices(["completed", "failed", "preempted"], [0.85, 0.1, 0.05])[0]
         tput = None if outcome == "failed" else rng.uniform(1, 3000)
         events.append(finish(job, f"e{i}", T0 + rng.uniform(0, 1e5), hw, tput, outcome=outcome,
                              model_type=f"m{rng.randrange(4)}", family=f"f{rng.randrange(2)}"))
-    events += rng.sample(events, 60)  # duplicates
+    events += [start(f"j{rng.randrange(12)}", f"s{i}", T0 + rng.uniform(0, 1e5), rng.choice(hardware))
+               for i in range(200)]
+    events += rng.sample(events, 80)  # duplicates
     rng.shuffle(events)  # and out of order
     for chunk in range(0, len(events), 97):
-        store.apply_finishes(events[chunk: chunk + 97])
+        batch = events[chunk: chunk + 97]
+        store.apply_starts([ev for ev in batch if isinstance(ev, JobStart)])
+        store.apply_finishes([ev for ev in batch if isinstance(ev, JobFinish)])
     for ev in events:
-        offline.apply_finish(ev)
+        if isinstance(ev, JobStart):
+            offline.apply_start(ev)
+        else:
+            offline.apply_finish(ev)
     subs = [submission(f"j{k}", k, model_type=f"m{k % 4}", family=f"f{k % 2}") for k in range(12)]
-    assert store.read(subs) == [offline.snapshot(s) for s in subs]
+    snaps = store.read(subs)
+    assert snaps == [offline.snapshot(s) for s in subs]
+    assert sum(s.starts for s in snaps) == 200 and all(s.prior for s in snaps)
+
+
+def test_rebuild_ignores_fields_that_older_versions_wrote(rds: redis.Redis, run_id: str) -> None:
+    """Live hashes may still hold the retired ``_last_start*``; a replay never writes them."""
+    live, replay = KeyLayout(f"live-{run_id}"), KeyLayout(f"replay-{run_id}")
+    events = [finish("j", f"e{i}", T0 + i, "L4", 10.0 + i) for i in range(3)]
+    starts = [start("j", "s1", T0 - 5, "L4")]
+    stores = [FeatureStore(rds, lay) for lay in (live, replay)]
+    try:
+        for fs in stores:
+            fs.apply_finishes(events)
+            fs.apply_starts(starts)
+        rds.hset(live.job("j"), mapping={"_last_start": "1789999995.0", "_last_start_id": "s1",
+                                          "_last_start_hw": "L4"})
+        result = RebuildResult()
+        compare(rds, replay, live, ["j"], ["llama-7b"], ["dense_lm"], result)
+        assert (result.mismatches, result.keys) == (0, 3)
+        rds.hset(live.job("j"), "_starts", "2")  # a hand-edited counter is still reported
+        result = RebuildResult()
+        compare(rds, replay, live, ["j"], ["llama-7b"], ["dense_lm"], result)
+        assert result.mismatches == 1 and result.details[0]["field"] == "_starts"
+    finally:
+        for fs in stores:
+            fs.delete_all()

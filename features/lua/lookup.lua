@@ -8,6 +8,6 @@ local entries, inserted, kept = window_insert(redis.call('HGET', KEYS[2], ARGV[3
                                               ARGV[4], tonumber(ARGV[5]))
 if not (inserted and kept) then return 0 end
 local n = count_of(redis.call('HGET', KEYS[1], ARGV[3])) + 1
-redis.call('HSET', KEYS[1], ARGV[3], n .. ',' .. median(entries))
+redis.call('HSET', KEYS[1], ARGV[3], pack_lookup_field(n, median(entries)))
 redis.call('HSET', KEYS[2], ARGV[3], pack_window(entries))
 return 1

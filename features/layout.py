@@ -1,0 +1,232 @@
+"""What the online store's values look like: declared once, here.
+
+:mod:`features.keys` names the keys; this module declares the text stored under them. A job
+hash holds one :data:`JOB_FIELD` per hardware type plus :data:`COUNTER_PREFIX`-named attempt
+counters; a lookup hash holds one :data:`LOOKUP_FIELD` per hardware type; a window hash holds
+one packed window (:data:`WINDOW_ENTRY` joined by :data:`WINDOW_SEP`) per hardware type.
+
+Everything else derives from these declarations:
+
+- the Lua scripts build and parse values only through :func:`lua_prelude`, which
+  :func:`features.store._lua` prepends to every script;
+- :func:`parse_job_field`, :func:`parse_lookup_field` and :data:`COUNTER_FIELDS` are what
+  :func:`features.store.parse_snapshot` reads with; :class:`features.offline.OfflineFeatureState`
+  counts with :data:`COUNTERS`; :mod:`replay.rebuild` compares with :func:`unpack_window`.
+
+The bytes are a contract with live deployments and with replays of their history:
+``tests/test_keys.py`` pins them and checks the scripts against these declarations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from features.snapshot import LookupStat, PriorStat
+from streams.events import OUTCOMES
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A value stored as named text parts joined by one separator.
+
+    Parameters
+    ----------
+    name
+        Names the generated Lua packer, ``pack_<name>``.
+    parts
+        The parts in stored order; also the packer's parameter names, so Lua identifiers.
+    sep
+        Separator between parts; it never occurs inside a part.
+    """
+
+    name: str
+    parts: tuple[str, ...]
+    sep: str
+
+    def pack(self, *values: object) -> str:
+        """The stored text of ``values`` (one per part, in order)."""
+        if len(values) != len(self.parts):
+            raise ValueError(f"{self.name} has {len(self.parts)} parts, got {len(values)} values")
+        return self.sep.join(str(v) for v in values)
+
+    def unpack(self, text: str) -> list[str]:
+        """The parts of stored ``text``, in order; ValueError when it has another shape."""
+        parts = text.split(self.sep)
+        if len(parts) != len(self.parts):
+            raise ValueError(f"{self.name} has {len(self.parts)} parts: {text!r}")
+        return parts
+
+
+#: A job hash's field per hardware type: observations ever applied, the newest one's event time
+#: and per-accelerator throughput (as the writer sent them), and the median of the job window.
+JOB_FIELD = Packed("job_field", ("n", "last_time", "last", "robust"), ",")
+#: A lookup hash's field per hardware type: observations that entered the window, and its median.
+LOOKUP_FIELD = Packed("lookup_field", ("n", "median"), ",")
+#: One observation in a window; a window is its entries ordered by (time, id), oldest first.
+WINDOW_ENTRY = Packed("window_entry", ("time", "id", "value"), " ")
+#: Separator between the entries of a packed window.
+WINDOW_SEP = ";"
+#: Numbers a script computes (medians): 17 significant digits read back as the same double.
+#: Numbers the writer sends (times, throughputs) are stored exactly as :func:`num` spelled them.
+COMPUTED_NUMBER = "%.17g"
+
+#: Job-hash fields that are attempt counters start with this; hardware names never do.
+COUNTER_PREFIX = "_"
+#: Counter of applied job starts; the outcome counters are named after :data:`OUTCOMES`.
+STARTS = "starts"
+#: Every attempt counter, in :class:`~features.snapshot.FeatureSnapshot`'s field order.
+COUNTERS: tuple[str, ...] = (STARTS, *OUTCOMES)
+
+
+def counter_field(counter: str) -> str:
+    """The job-hash field of a counter (``"failed"`` -> ``"_failed"``)."""
+    return COUNTER_PREFIX + counter
+
+
+#: Job-hash field -> counter name.
+COUNTER_FIELDS: Mapping[str, str] = {counter_field(c): c for c in COUNTERS}
+#: Counter-prefixed fields that earlier versions wrote and nothing read (the newest start).
+#: Live hashes may still hold them until they expire; readers and comparisons skip them.
+RETIRED_FIELDS = frozenset({"_last_start", "_last_start_id", "_last_start_hw"})
+
+# An event id goes into a window entry verbatim only if it cannot break the packing.
+_SAFE_ID = re.compile(rf"^[^\s{re.escape(WINDOW_ENTRY.sep + WINDOW_SEP)}]{{1,128}}$")
+
+
+def packable_id(event_id: str) -> str:
+    """An event id safe to embed in a packed window (a hash of it when it holds a separator)."""
+    if _SAFE_ID.match(event_id):
+        return event_id
+    return "h" + hashlib.sha1(event_id.encode()).hexdigest()
+
+
+def num(value: float) -> str:
+    """Exact text of a float (shortest repr that round-trips), as the writer sends and scripts store it."""
+    return repr(float(value))
+
+
+def text(value: bytes | str) -> str:
+    """A hash field or value as text (clients may or may not decode responses)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# ---------------------------------------------------------------- Python readers
+
+
+def parse_job_field(value: str) -> PriorStat:
+    """A job's :data:`JOB_FIELD` for one hardware type."""
+    n, last_time, last, robust = JOB_FIELD.unpack(value)
+    return PriorStat(int(n), float(last_time), float(last), float(robust))
+
+
+def parse_lookup_field(value: str) -> LookupStat:
+    """A lookup aggregate's :data:`LOOKUP_FIELD` for one hardware type."""
+    n, median = LOOKUP_FIELD.unpack(value)
+    return LookupStat(int(n), float(median))
+
+
+def unpack_window(packed: str | None) -> list[list[str]]:
+    """The entries of a packed window, each its :data:`WINDOW_ENTRY` parts (empty when absent)."""
+    if not packed:
+        return []
+    return [WINDOW_ENTRY.unpack(entry) for entry in packed.split(WINDOW_SEP)]
+
+
+def pack_window(entries: Iterable[Sequence[Any]]) -> str:
+    """Inverse of :func:`unpack_window` (entries already in window order)."""
+    return WINDOW_SEP.join(WINDOW_ENTRY.pack(*entry) for entry in entries)
+
+
+# ---------------------------------------------------------------- Lua
+
+
+_LUA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LUA_KEYWORDS = frozenset({
+    "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in", "local", "nil", "not",
+    "or", "repeat", "return", "then", "true", "until", "while",
+})
+_LUA_MAGIC = frozenset("^$()%.[]*+-?")
+
+
+def _lua_str(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _lua_pattern(value: str) -> str:
+    """``value`` as literal characters of a Lua pattern (inside or outside a set)."""
+    return "".join("%" + ch if ch in _LUA_MAGIC else ch for ch in value)
+
+
+def _lua_names(packed: Packed) -> tuple[str, ...]:
+    for name in (packed.name, *packed.parts):
+        if not _LUA_NAME.match(name) or name in _LUA_KEYWORDS:
+            raise ValueError(f"{packed.name}: {name!r} is not a Lua identifier")
+    return packed.parts
+
+
+def _lua_concat(packed: Packed, exprs: Sequence[str]) -> str:
+    return f" .. {_lua_str(packed.sep)} .. ".join(exprs)
+
+
+def _lua_packer(packed: Packed) -> str:
+    params = _lua_names(packed)
+    return (f"local function pack_{packed.name}({', '.join(params)})\n"
+            f"  return {_lua_concat(packed, params)}\n"
+            f"end\n")
+
+
+def _lua_count_of() -> str:
+    """``count_of(field)``: the ``n`` of a job or lookup field, 0 when the field is absent."""
+    where = {(p.parts.index("n"), p.sep) for p in (JOB_FIELD, LOOKUP_FIELD)}
+    if len(where) != 1:  # one helper serves both fields only while n sits at one place in both
+        raise ValueError("n must be at the same position, with the same separator, in every field")
+    ((index, sep),) = where
+    other = f"[^{_lua_pattern(sep)}]"
+    pattern = "^" + f"{other}*{_lua_pattern(sep)}" * index + f"({other}+)"
+    return (f"local function count_of(field)\n"
+            f"  if not field then return 0 end\n"
+            f"  return tonumber(string.match(field, {_lua_str(pattern)}))\n"
+            f"end\n")
+
+
+def _lua_window() -> str:
+    """``unpack_window(packed)`` and ``pack_window(entries)``; entries are tables keyed by part name."""
+    parts = _lua_names(WINDOW_ENTRY)
+    token = f"([^{_lua_pattern(WINDOW_ENTRY.sep + WINDOW_SEP)}]+)"
+    pattern = _lua_pattern(WINDOW_ENTRY.sep).join([token] * len(parts))
+    fields = ", ".join(f"{p} = {p}" for p in parts)
+    entry = _lua_concat(WINDOW_ENTRY, [f"e.{p}" for p in parts])
+    return (f"local function unpack_window(packed)\n"
+            f"  local entries = {{}}\n"
+            f"  if not packed then return entries end\n"
+            f"  for {', '.join(parts)} in string.gmatch(packed, {_lua_str(pattern)}) do\n"
+            f"    entries[#entries + 1] = {{{fields}}}\n"
+            f"  end\n"
+            f"  return entries\n"
+            f"end\n"
+            f"local function pack_window(entries)\n"
+            f"  local packed = {{}}\n"
+            f"  for i, e in ipairs(entries) do packed[i] = {entry} end\n"
+            f"  return table.concat(packed, {_lua_str(WINDOW_SEP)})\n"
+            f"end\n")
+
+
+def lua_prelude() -> str:
+    """Lua helpers generated from the declarations above; every script is run with them prepended.
+
+    Defines ``pack_job_field(n, last_time, last, robust)``, ``pack_lookup_field(n, median)``,
+    ``count_of(field)``, ``format_number(x)`` (:data:`COMPUTED_NUMBER`), ``unpack_window(packed)``
+    and ``pack_window(entries)``. Counter fields are not here: the writer passes them as arguments.
+    """
+    return "\n".join([
+        "-- Generated by features/layout.py (lua_prelude): the stored value formats. Edit the declarations there.",
+        _lua_packer(JOB_FIELD),
+        _lua_packer(LOOKUP_FIELD),
+        _lua_count_of(),
+        f"local function format_number(x)\n  return string.format({_lua_str(COMPUTED_NUMBER)}, x)\nend\n",
+        _lua_window(),
+    ])
