@@ -1,9 +1,13 @@
-"""The predictor agent: submissions in, exactly one ranking per valid submission out."""
+"""The predictor agent: submissions in, exactly one ranking per valid submission out.
+
+The Faust agent only loops over batches; :func:`handle_submissions` does the work of one.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import faust
@@ -11,8 +15,8 @@ import faust
 from features.agents import with_redis_retry
 from predictor.service import RankingService
 from streams import metrics
-from streams.app import decode_batch, send_dead_letters
-from streams.events import Submission
+from streams.app import Send, SourceEvent, decode_batch, send_dead_letters, topic_sender
+from streams.events import Ranking, Submission
 from streams.topics import DEAD_LETTER, RANKINGS, SUBMISSIONS
 
 log = logging.getLogger("leap.predictor")
@@ -21,25 +25,52 @@ log = logging.getLogger("leap.predictor")
 PREDICT_BATCH = (500, 0.01)
 
 
+async def handle_submissions(
+    batch: Sequence[SourceEvent], service: RankingService, send_ranking: Send, send_dead_letter: Send
+) -> list[Ranking]:
+    """Rank one batch of submissions.
+
+    Parameters
+    ----------
+    batch
+        Consumed submission messages (Faust events).
+    service
+        Ranks the valid submissions, one Redis read for the batch.
+    send_ranking
+        Sends one ranking (key: the job key).
+    send_dead_letter
+        Sends one dead letter, for each message that is not a valid submission.
+
+    Returns
+    -------
+    The rankings sent, one per valid submission, in batch order.
+    """
+    received = time.time()  # latency is measured from here: the batch's arrival
+    metrics.EVENTS_IN.labels(SUBMISSIONS.name).inc(len(batch))
+    metrics.BATCH_SIZE.labels(SUBMISSIONS.name).observe(len(batch))
+    decoded = decode_batch(Submission, batch)
+    await send_dead_letters(send_dead_letter, decoded.letters)
+    subs = decoded.events
+    if not subs:
+        return []
+    # A Redis outage holds the batch (nothing is sent yet, so nothing is sent twice).
+    rankings = await with_redis_retry(service.rank, subs, [received] * len(subs))
+    for ranking in rankings:
+        await send_ranking(ranking.job_key.encode(), ranking.encode())
+        metrics.PREDICT_LATENCY.observe(ranking.latency_ms / 1000.0)
+        if ranking.fallback:
+            for reason in ranking.fallback.split(","):
+                metrics.FALLBACKS.labels(reason).inc()
+    metrics.EVENTS_OUT.labels(RANKINGS.name).inc(len(rankings))
+    return rankings
+
+
 def attach_predictor_agent(app: faust.App, topics: dict[str, faust.TopicT], service: RankingService) -> None:
-    dlq = topics[DEAD_LETTER.name]
-    out = topics[RANKINGS.name]
+    """The agent that ranks every submission (:func:`handle_submissions` per batch)."""
+    send_ranking = topic_sender(topics[RANKINGS.name])
+    send_dead_letter = topic_sender(topics[DEAD_LETTER.name])
 
     @app.agent(topics[SUBMISSIONS.name], name="leap.predictor")
     async def predict(stream: Any) -> None:
         async for batch in stream.take_events(*PREDICT_BATCH):
-            received = time.time()
-            metrics.EVENTS_IN.labels(SUBMISSIONS.name).inc(len(batch))
-            metrics.BATCH_SIZE.labels(SUBMISSIONS.name).observe(len(batch))
-            subs, letters = decode_batch(Submission, batch)
-            await send_dead_letters(dlq, letters)
-            if not subs:
-                continue
-            rankings = await with_redis_retry(service.rank, subs, [received] * len(subs))
-            for ranking in rankings:
-                await out.send(key=ranking.job_key.encode(), value=ranking.encode())
-                metrics.PREDICT_LATENCY.observe(ranking.latency_ms / 1000.0)
-                if ranking.fallback:
-                    for reason in ranking.fallback.split(","):
-                        metrics.FALLBACKS.labels(reason).inc()
-            metrics.EVENTS_OUT.labels(RANKINGS.name).inc(len(rankings))
+            await handle_submissions(batch, service, send_ranking, send_dead_letter)

@@ -23,6 +23,58 @@ class Priced:
     best: str | None
 
 
+def price_candidate(
+    name: str,
+    num_accelerators: int,
+    per_acc: float,
+    lower: float,
+    upper: float,
+    reason: str | None,
+    catalogue: Catalogue,
+) -> tuple[dict[str, Any], bool]:
+    """Price one candidate, before ranks are known.
+
+    Parameters
+    ----------
+    name
+        The candidate as the submission named it.
+    num_accelerators
+        Accelerators of the attempt; throughput and cost scale with it.
+    per_acc, lower, upper
+        Predicted per-accelerator samples/s and its band (NaN = no estimate).
+    reason
+        Fallback reason already known (e.g. cold start), or None; replaced when the candidate
+        cannot be ranked.
+
+    Returns
+    -------
+    The candidate's entry (``rank`` still None) and whether it can take a rank.
+    """
+    hw = catalogue.resolve(name)
+    price = catalogue.price(hw.name) if hw is not None else None
+    tput = per_acc * num_accelerators
+    has_estimate = math.isfinite(tput) and tput > 0
+    if hw is None:
+        reason = UNKNOWN_HARDWARE
+    elif price is None or price <= 0:
+        reason = NO_PRICE
+    elif not has_estimate:
+        reason = NO_ESTIMATE
+    cost = price * num_accelerators if price else None
+    rankable = hw is not None and cost is not None and has_estimate
+    entry = {
+        "hardware": name,
+        "predicted_throughput": tput if has_estimate else None,
+        "lower": lower * num_accelerators if has_estimate else None,
+        "upper": upper * num_accelerators if has_estimate else None,
+        "hourly_cost": cost,
+        "throughput_per_dollar": tput * 3600.0 / cost if rankable and cost else None,
+        "rank": None,
+        "reason": reason,
+    }
+    return entry, rankable
+
+
 def rank_candidates(
     names: tuple[str, ...] | list[str],
     num_accelerators: int,
@@ -50,39 +102,14 @@ def rank_candidates(
     Every candidate, ranked ones first by descending samples per dollar, then unranked ones
     with the reason; ``best`` is rank 1 or None.
     """
-    rows: list[dict[str, Any]] = []
-    for i, name in enumerate(names):
-        hw = catalogue.resolve(name)
-        reason = reasons[i]
-        price = catalogue.price(hw.name) if hw is not None else None
-        tput = float(per_acc[i]) * num_accelerators
-        has_estimate = math.isfinite(tput) and tput > 0
-        if hw is None:
-            reason = UNKNOWN_HARDWARE
-        elif price is None or price <= 0:
-            reason = NO_PRICE
-        elif not has_estimate:
-            reason = NO_ESTIMATE
-        cost = price * num_accelerators if price else None
-        rankable = hw is not None and cost is not None and has_estimate
-        rows.append(
-            {
-                "hardware": name,
-                "predicted_throughput": tput if has_estimate else None,
-                "lower": float(lower[i]) * num_accelerators if has_estimate else None,
-                "upper": float(upper[i]) * num_accelerators if has_estimate else None,
-                "hourly_cost": cost,
-                "throughput_per_dollar": tput * 3600.0 / cost if rankable and cost else None,
-                "rank": None,
-                "reason": reason,
-                "_rankable": rankable,
-            }
-        )
-    ranked = sorted((r for r in rows if r["_rankable"]), key=lambda r: -r["throughput_per_dollar"])
-    for position, row in enumerate(ranked, start=1):
-        row["rank"] = position
-    unranked = [r for r in rows if not r["_rankable"]]
-    ordered = ranked + unranked
-    for row in ordered:
-        del row["_rankable"]
-    return Priced(ordered, ranked[0]["hardware"] if ranked else None)
+    priced = [
+        price_candidate(name, num_accelerators, float(per_acc[i]), float(lower[i]), float(upper[i]), reasons[i],
+                        catalogue)
+        for i, name in enumerate(names)
+    ]
+    # sorted() is stable: candidates of equal value per dollar keep the submission's order.
+    ranked = sorted((entry for entry, ok in priced if ok), key=lambda r: -r["throughput_per_dollar"])
+    for position, entry in enumerate(ranked, start=1):
+        entry["rank"] = position
+    unranked = [entry for entry, ok in priced if not ok]
+    return Priced(ranked + unranked, ranked[0]["hardware"] if ranked else None)

@@ -4,28 +4,76 @@ Each worker role is its own consumer group (``leap-features``, ``leap-predictor`
 ``leap-all`` for both in one process): run either ``all`` or the separate roles, not both.
 Agents take events in batches (``take_events``) so Redis sees one round trip per batch; the
 agents themselves live with what they serve (:mod:`features.agents`, :mod:`predictor.agent`).
+Their per-batch logic takes plain callables (:data:`Send`) and anything shaped like a Faust event
+(:class:`SourceEvent`), so it runs, and is tested, without a worker.
 """
 
 from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 import faust
-from faust.types import EventT
 
 from core.settings import Settings
 from streams import metrics
 from streams.deadletter import dead_letter
-from streams.events import Event, EventError
+from streams.events import DeadLetter, Event, EventError
 from streams.topics import ALL_TOPICS, DEAD_LETTER, consumer_group
 
 log = logging.getLogger("leap.streams")
 
 E = TypeVar("E", bound=Event)
 
+#: Sends one message (key, value) to a topic; :func:`topic_sender` binds one to a Faust topic.
+Send = Callable[[bytes, bytes], Awaitable[object]]
+
+
+class SourceMessage(Protocol):
+    """What the batch logic reads of a consumed Kafka message (a ``faust.types.Message`` has it)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class SourceEvent(Protocol):
+    """One item of a ``take_events`` batch (a ``faust.types.EventT`` is one)."""
+
+    @property
+    def message(self) -> SourceMessage: ...
+
+
+@dataclass(frozen=True)
+class Decoded(Generic[E]):
+    """A decoded batch: valid events with the message each came from, and the dead letters."""
+
+    events: list[E] = field(default_factory=list)
+    sources: list[SourceMessage] = field(default_factory=list)  # sources[i] carried events[i]
+    letters: list[DeadLetter] = field(default_factory=list)
+
+
+def topic_sender(topic: faust.TopicT) -> Send:
+    """A :data:`Send` that produces to ``topic`` (raw bytes key and value)."""
+
+    async def send(key: bytes, value: bytes) -> None:
+        await topic.send(key=key, value=value)
+
+    return send
 
 
 def _credentials(settings: Settings) -> Any:
@@ -79,22 +127,26 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
     return app, topics
 
 
-def decode_batch(cls: type[E], batch: Sequence[EventT]) -> tuple[list[E], list[Any]]:
-    """Split a batch into valid events and dead letters (one per invalid message)."""
-    good: list[E] = []
-    letters = []
+def decode_batch(cls: type[E], batch: Sequence[SourceEvent]) -> Decoded[E]:
+    """Split a batch into valid events (in order) and dead letters (one per invalid message)."""
+    out: Decoded[E] = Decoded()
     for event in batch:
         msg = event.message
         try:
-            good.append(cls.decode(msg.value))
+            out.events.append(cls.decode(msg.value))
         except EventError as exc:
-            letters.append(dead_letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value, exc.reason, str(exc)))
-    return good, letters
+            out.letters.append(
+                dead_letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value, exc.reason, str(exc))
+            )
+            continue
+        out.sources.append(msg)
+    return out
 
 
-async def send_dead_letters(topic: faust.TopicT, letters: Sequence[Any]) -> None:
+async def send_dead_letters(send: Send, letters: Sequence[DeadLetter]) -> None:
+    """Send dead letters (keyed by their source topic), counting and logging each."""
     for letter in letters:
-        await topic.send(key=letter.source_topic.encode(), value=letter.encode())
+        await send(letter.source_topic.encode(), letter.encode())
         metrics.DEAD_LETTERS.labels(letter.source_topic, letter.reason).inc()
         log.warning("dead letter %s[%d]@%d: %s", letter.source_topic, letter.partition, letter.offset, letter.error)
     if letters:

@@ -1,11 +1,11 @@
-"""Pricing and ordering of candidates, and the ranking service's fallbacks."""
+"""Pricing and ordering of candidates (the service around it: ``tests/test_service.py``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from core.hardware import load_catalogue
-from predictor.ranking import NO_ESTIMATE, UNKNOWN_HARDWARE, rank_candidates
+from predictor.ranking import COLD_START, NO_ESTIMATE, UNKNOWN_HARDWARE, price_candidate, rank_candidates
 
 CAT = load_catalogue()
 
@@ -32,3 +32,35 @@ def test_orders_by_throughput_per_dollar_and_keeps_unknowns_unranked() -> None:
 def test_nothing_rankable_gives_no_best() -> None:
     priced = rank_candidates(["Nope"], 1, np.array([1.0]), np.array([1.0]), np.array([1.0]), [None], CAT)
     assert priced.best is None and priced.candidates[0]["reason"] == UNKNOWN_HARDWARE
+
+
+def test_a_known_reason_stays_on_a_ranked_candidate_and_everything_scales_with_accelerators() -> None:
+    names = ["L4", "H100-SXM"]
+    priced = rank_candidates(names, 2, np.array([10.0, 100.0]), np.array([5.0, 50.0]), np.array([20.0, 200.0]),
+                             [COLD_START, None], CAT)
+    l4 = next(c for c in priced.candidates if c["hardware"] == "L4")
+    price = CAT.price("L4")
+    assert price is not None
+    assert l4 == {
+        "hardware": "L4", "predicted_throughput": 20.0, "lower": 10.0, "upper": 40.0, "hourly_cost": price * 2,
+        "throughput_per_dollar": 20.0 * 3600 / (price * 2), "rank": l4["rank"], "reason": COLD_START,
+    }
+    assert list(l4) == ["hardware", "predicted_throughput", "lower", "upper", "hourly_cost",
+                        "throughput_per_dollar", "rank", "reason"]  # the order the ranking JSON shows
+    assert sorted(c["rank"] for c in priced.candidates) == [1, 2]
+
+
+def test_equal_value_keeps_the_submissions_order() -> None:
+    names = ["A100-80GB", "A100"]  # one type, two spellings: the same price and estimate
+    priced = rank_candidates(names, 1, np.array([7.0, 7.0]), np.array([7.0, 7.0]), np.array([7.0, 7.0]),
+                             [None, None], CAT)
+    assert [(c["hardware"], c["rank"]) for c in priced.candidates] == [("A100-80GB", 1), ("A100", 2)]
+
+
+def test_price_candidate_says_whether_it_can_take_a_rank() -> None:
+    entry, rankable = price_candidate("H100-SXM", 8, float("nan"), float("nan"), float("nan"), None, CAT)
+    assert not rankable and entry["reason"] == NO_ESTIMATE and entry["hourly_cost"] is not None
+    entry, rankable = price_candidate("Quantum-9000", 8, 5.0, 4.0, 6.0, COLD_START, CAT)
+    assert not rankable and entry["reason"] == UNKNOWN_HARDWARE and entry["predicted_throughput"] == 40.0
+    entry, rankable = price_candidate("H100-SXM", 8, 5.0, 4.0, 6.0, None, CAT)
+    assert rankable and entry["rank"] is None  # ranks come from the ordering, not from pricing
