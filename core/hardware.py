@@ -3,15 +3,15 @@
 The row builder reads the specs (:data:`SPEC_FEATURES`), the ranking reads the prices and the
 simulator reads both, so all of them see the same numbers. Specs live in
 ``core/data/hardware.toml``; prices there are list prices and can be overridden by a CSV
-(``hardware,price_per_hour,source``) named by ``LEAP_PRICES_FILE`` or passed to
-:meth:`Catalogue.load`. Workers call :meth:`Catalogue.reload_prices_if_changed` now and then so
-that a new price file takes effect without a restart.
+(``hardware,price_per_hour,source``) passed to :meth:`Catalogue.load`, or named by
+``Settings.prices_file`` (``LEAP_PRICES_FILE``) for :func:`load_catalogue`. Workers call
+:meth:`Catalogue.reload_prices_if_changed` now and then so that a new price file takes effect
+without a restart.
 """
 
 from __future__ import annotations
 
 import csv
-import os
 import re
 import threading
 import tomllib
@@ -21,11 +21,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from core.settings import Settings
+
 #: Numeric specs used as model features, in a fixed order.
 SPEC_FEATURES: tuple[str, ...] = ("peak_tflops", "memory_gb", "memory_bw_gbps", "interconnect_gbps")
-
-#: Environment variable naming an optional price-override CSV.
-PRICES_ENV = "LEAP_PRICES_FILE"
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "hardware.toml"
 
@@ -213,7 +212,8 @@ class Catalogue:
         path
             TOML file with ``[[hardware]]`` tables; default ``core/data/hardware.toml``.
         prices
-            Optional price-override CSV; default the file named by ``LEAP_PRICES_FILE``.
+            Optional price-override CSV; None keeps the list prices (:func:`load_catalogue`
+            passes ``Settings.prices_file``).
 
         Returns
         -------
@@ -227,8 +227,6 @@ class Catalogue:
             if hw.name in types:
                 raise ValueError(f"hardware type {hw.name!r} defined twice")
             types[hw.name] = hw
-        if prices is None and os.environ.get(PRICES_ENV):
-            prices = Path(os.environ[PRICES_ENV])
         cat = cls(types=types, prices_path=prices)
         if prices is not None:
             cat._apply_prices()
@@ -326,7 +324,23 @@ class Catalogue:
         return iter(self.types.values())
 
 
-@lru_cache(maxsize=1)
-def load_catalogue() -> Catalogue:
-    """The default catalogue (``core/data/hardware.toml`` + ``LEAP_PRICES_FILE``), loaded once."""
-    return Catalogue.load()
+def load_catalogue(settings: Settings | None = None) -> Catalogue:
+    """The default catalogue (``core/data/hardware.toml`` + ``settings.prices_file``), loaded once.
+
+    Parameters
+    ----------
+    settings
+        Where the price-override file comes from; default :meth:`Settings.from_env`.
+
+    Returns
+    -------
+    Catalogue
+        The same object on every call with the same price file, so that a reload of its prices
+        is seen by every holder.
+    """
+    return _catalogue_for((settings if settings is not None else Settings.from_env()).prices_file)
+
+
+@lru_cache(maxsize=4)
+def _catalogue_for(prices: Path | None) -> Catalogue:
+    return Catalogue.load(prices=prices)

@@ -9,13 +9,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+_N = TypeVar("_N", int, float)
 
 #: Ports of the project's own local services. They are not the well-known 9092/6379 so that
 #: ``leap services up`` never collides with a broker or server the user already runs.
 LOCAL_KAFKA_PORT = 19092
 LOCAL_KAFKA_CONTROLLER_PORT = 19093
 LOCAL_REDIS_PORT = 16379
+
+#: Archiver flush limits when ``LEAP_ARCHIVE_FLUSH_EVENTS`` / ``LEAP_ARCHIVE_FLUSH_SECONDS`` are unset.
+DEFAULT_ARCHIVE_FLUSH_EVENTS = 10_000
+DEFAULT_ARCHIVE_FLUSH_SECONDS = 300.0
 
 
 def _repo_root() -> Path:
@@ -39,6 +45,16 @@ class Settings:
     kafka_security
         Extra librdkafka-style client settings (``security.protocol``, ``sasl.*``, ``ssl.*``),
         passed through to every Kafka client. Values are never logged.
+    kafka_from_env, redis_from_env
+        The broker / Redis was named by the environment: ``leap services up`` starts nothing for it.
+    prices_file
+        Optional CSV of hourly prices overriding the catalogue's list prices (``LEAP_PRICES_FILE``).
+    archive_dir
+        History archive folder (``LEAP_ARCHIVE_DIR``); None means ``home / "archive"``, see
+        :attr:`archive_root`. Kept unresolved so that a copy with another ``home`` follows it.
+    archive_flush_events, archive_flush_seconds
+        The archiver writes a topic's buffer when it holds this many events or is this old
+        (``LEAP_ARCHIVE_FLUSH_EVENTS``, ``LEAP_ARCHIVE_FLUSH_SECONDS``).
     """
 
     kafka_bootstrap: str = f"127.0.0.1:{LOCAL_KAFKA_PORT}"
@@ -48,6 +64,10 @@ class Settings:
     kafka_security: dict[str, str] = field(default_factory=dict, repr=False)
     kafka_from_env: bool = False
     redis_from_env: bool = False
+    prices_file: Path | None = None
+    archive_dir: Path | None = None
+    archive_flush_events: int = DEFAULT_ARCHIVE_FLUSH_EVENTS
+    archive_flush_seconds: float = DEFAULT_ARCHIVE_FLUSH_SECONDS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -72,11 +92,20 @@ class Settings:
             kafka_security=security,
             kafka_from_env=bool(env.get("LEAP_KAFKA_BOOTSTRAP")),
             redis_from_env=bool(env.get("LEAP_REDIS_URL")),
+            prices_file=Path(env["LEAP_PRICES_FILE"]) if env.get("LEAP_PRICES_FILE") else None,
+            archive_dir=Path(env["LEAP_ARCHIVE_DIR"]) if env.get("LEAP_ARCHIVE_DIR") else None,
+            archive_flush_events=_number(env, "LEAP_ARCHIVE_FLUSH_EVENTS", int, defaults.archive_flush_events),
+            archive_flush_seconds=_number(env, "LEAP_ARCHIVE_FLUSH_SECONDS", float, defaults.archive_flush_seconds),
         )
 
     @property
     def registry_dir(self) -> Path:
         return self.home / "registry"
+
+    @property
+    def archive_root(self) -> Path:
+        """The history archive folder: ``archive_dir`` if set, else ``home / "archive"``."""
+        return self.archive_dir if self.archive_dir is not None else self.home / "archive"
 
     def confluent_config(self, **extra: Any) -> dict[str, Any]:
         """librdkafka configuration for confluent-kafka clients."""
@@ -84,6 +113,17 @@ class Settings:
         conf.update(self.kafka_security)
         conf.update(extra)
         return conf
+
+
+def _number(env: dict[str, str], var: str, kind: type[_N], default: _N) -> _N:
+    """A numeric variable, or ``default`` when unset or empty; a bad value names the variable."""
+    raw = env.get(var)
+    if not raw:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{var}={raw!r} is not a valid {kind.__name__}") from None
 
 
 def redact(url: str) -> str:

@@ -1,6 +1,7 @@
 """Simulated history: D days of submissions, starts and finishes, as day-partitioned Parquet.
 
-Layout (the same as the live archive)::
+Layout (the live archive's, :mod:`streams.archive`: its day folders and, for the event tables,
+its column types)::
 
     DIR/submissions/day=YYYY-MM-DD/part-0.parquet   columns = Submission fields
     DIR/starts/day=YYYY-MM-DD/part-0.parquet        columns = JobStart fields
@@ -15,9 +16,11 @@ the window have no finish (and no start if not yet started).
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +41,7 @@ from fleet.engine import (
 from fleet.jobs import Jobs, sample_jobs
 from fleet.throughput import FRAMEWORKS, F, HardwareArrays, I, hardware_arrays
 from fleet.workloads import model_types
+from streams.archive import day_folder, from_columns, split_by_day, table_name
 from streams.events import PRECISIONS, SCHEMA_VERSION, JobFinish, JobStart, Submission
 
 _ALTS = 4
@@ -92,6 +96,103 @@ def _alternatives(rng: np.random.Generator, jobs: Jobs, hw: HardwareArrays) -> I
     return np.where(ok, top, jobs.requested[:, None]).astype(np.int64)
 
 
+class _JobPool:
+    """The jobs drawn so far, ``chunk`` at a time, as Python lists.
+
+    The attempt loop reads one element at a time, which is much faster from lists than from
+    numpy arrays; the arrays are kept for :class:`History`.
+    """
+
+    def __init__(self, rng: np.random.Generator, hw: HardwareArrays, chunk: int) -> None:
+        self.rng, self.hw, self.chunk = rng, hw, chunk
+        self.chunks: list[Jobs] = []
+        self.req: list[int] = []
+        self.work: list[float] = []
+        self.planned: list[int] = []
+        self.oracle: list[list[float]] = []
+        self.alts: list[list[int]] = []
+
+    def ensure(self, job: int) -> None:
+        """Draw the next chunk when ``job`` (at most one past the last) is not drawn yet."""
+        if job >= len(self.req):
+            jobs = sample_jobs(self.rng, self.chunk, self.hw)
+            self.chunks.append(jobs)
+            self.req.extend(jobs.requested.tolist())
+            self.work.extend(jobs.work.tolist())
+            self.planned.extend(jobs.planned_attempts.tolist())
+            self.oracle.extend(np.nan_to_num(jobs.oracle).tolist())
+            self.alts.extend(_alternatives(self.rng, jobs, self.hw).tolist())
+
+    def jobs(self) -> Jobs:
+        return _concat_jobs(self.chunks)
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """Per-attempt results of :func:`_run_attempts` (see :class:`History`)."""
+
+    job: I
+    attempt_no: I
+    hardware: I
+    throughput: F
+    start_time: F
+    finish_time: F
+    prior_measured: np.ndarray
+
+
+def _run_attempts(times: F, draws: Draws, u: np.ndarray, pool: _JobPool) -> _Placed:
+    """Assign each submission time to a new or returning job and place and run its attempt."""
+    n = len(times)
+    out = _Placed(
+        job=np.empty(n, dtype=np.int64),
+        attempt_no=np.empty(n, dtype=np.int64),
+        hardware=np.empty(n, dtype=np.int64),
+        throughput=np.empty(n),
+        start_time=np.empty(n),
+        finish_time=np.empty(n),
+        prior_measured=np.zeros(n, dtype=bool),
+    )
+    attempts: list[int] = []  # attempts so far, per job
+    measured: list[bool] = []  # per job: an attempt reported a throughput
+    heap: list[tuple[float, int, int]] = []  # (ready time, push order, job) of jobs coming back
+    # Local names and lists, not attributes and arrays, in the loop (see _JobPool); the pool's
+    # lists grow in place.
+    job_of, att_of, hw_of, thr_of = out.job, out.attempt_no, out.hardware, out.throughput
+    start_of, fin_of, prior = out.start_time, out.finish_time, out.prior_measured
+    req, alts, oracle, work, planned = pool.req, pool.alts, pool.oracle, pool.work, pool.planned
+    mult, outcome, meas = draws.mult.tolist(), draws.outcome.tolist(), draws.measured.tolist()
+    frac, wait, us, tl = draws.frac.tolist(), draws.wait.tolist(), u.tolist(), times.tolist()
+    for i in range(n):
+        t, ui = tl[i], us[i]
+        job = -1
+        if ui[0] < P_RECUR:  # a job coming back, if one is due (inline: this loop is the hot path)
+            while heap and heap[0][0] <= t:
+                ready_at, _, cand = heapq.heappop(heap)
+                if t - ready_at <= MAX_WAIT_S:  # else abandoned: waited longer than a week
+                    job = cand
+                    break
+        if job < 0:
+            job = len(attempts)
+            attempts.append(0)
+            measured.append(False)
+            pool.ensure(job)
+        k = attempts[job]
+        attempts[job] = k + 1
+        h = req[job] if ui[1] < P_DEFAULT_ROUTE else alts[job][k % _ALTS]
+        thr = oracle[job][h] * mult[i]
+        st = t + wait[i]
+        fin = st + min(work[job] / thr / 3600.0, MAX_RUN_H) * frac[i] * 3600.0
+        prior[i] = measured[job]
+        job_of[i], att_of[i], hw_of[i], start_of[i], fin_of[i] = job, k, h, st, fin
+        thr_of[i] = thr if meas[i] else math.nan
+        if meas[i]:
+            measured[job] = True
+        ready = next_ready(ui[2], outcome[i], k + 1, planned[job], fin, ui[3])
+        if ready is not None:
+            heapq.heappush(heap, (ready, i, job))  # i orders equal ready times by push order
+    return out
+
+
 def simulate(
     seed: int,
     days: int,
@@ -118,220 +219,138 @@ def simulate(
     hw = hw or hardware_arrays()
     rng = np.random.default_rng(seed)
     t0 = start if start is not None else dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
-    end = t0 + days * DAY
     times = np.concatenate([day_times(rng, t0 + d * DAY, attempts_per_day) for d in range(days)])
-    n = len(times)
-    draws = Draws.sample(rng, n)
-    u = rng.random((n, 4))
-
-    chunks: list[Jobs] = []
-    req: list[int] = []
-    work: list[float] = []
-    planned: list[int] = []
-    oracle: list[list[float]] = []
-    alts: list[list[int]] = []
-
-    def grow() -> None:
-        jobs = sample_jobs(rng, chunk, hw)
-        chunks.append(jobs)
-        req.extend(jobs.requested.tolist())
-        work.extend(jobs.work.tolist())
-        planned.extend(jobs.planned_attempts.tolist())
-        oracle.extend(np.nan_to_num(jobs.oracle).tolist())
-        alts.extend(_alternatives(rng, jobs, hw).tolist())
-
-    job_of = np.empty(n, dtype=np.int64)
-    att_of = np.empty(n, dtype=np.int64)
-    hw_of = np.empty(n, dtype=np.int64)
-    thr_of = np.empty(n)
-    start_of = np.empty(n)
-    fin_of = np.empty(n)
-    prior = np.zeros(n, dtype=bool)
-    attempts: list[int] = []
-    measured: list[bool] = []
-    heap: list[tuple[float, int, int]] = []
-    import heapq
-
-    mult, outcome, meas, frac, wait = (
-        draws.mult.tolist(),
-        draws.outcome.tolist(),
-        draws.measured.tolist(),
-        draws.frac.tolist(),
-        draws.wait.tolist(),
-    )
-    us = u.tolist()
-    tl = times.tolist()
-    counter = 0
-    for i in range(n):
-        t = tl[i]
-        ui = us[i]
-        job = -1
-        if ui[0] < P_RECUR:
-            while heap and heap[0][0] <= t:
-                ready_at, _, cand = heapq.heappop(heap)
-                if t - ready_at <= MAX_WAIT_S:
-                    job = cand
-                    break
-        if job < 0:
-            job = len(attempts)
-            attempts.append(0)
-            measured.append(False)
-            if job >= len(req):
-                grow()
-        k = attempts[job]
-        attempts[job] = k + 1
-        h = req[job] if ui[1] < P_DEFAULT_ROUTE else alts[job][k % _ALTS]
-        thr = oracle[job][h] * mult[i]
-        st = t + wait[i]
-        fin = st + min(work[job] / thr / 3600.0, MAX_RUN_H) * frac[i] * 3600.0
-        prior[i] = measured[job]
-        job_of[i], att_of[i], hw_of[i], start_of[i], fin_of[i] = job, k, h, st, fin
-        thr_of[i] = thr if meas[i] else math.nan
-        if meas[i]:
-            measured[job] = True
-        ready = next_ready(ui[2], outcome[i], k + 1, planned[job], fin, ui[3])
-        if ready is not None:
-            counter += 1
-            heapq.heappush(heap, (ready, counter, job))
-    jobs = _concat_jobs(chunks)
+    # Every per-attempt draw is made up front, before any job: the order of draws fixes the history.
+    draws = Draws.sample(rng, len(times))
+    u = rng.random((len(times), 4))
+    pool = _JobPool(rng, hw, chunk)
+    placed = _run_attempts(times, draws, u, pool)
     return History(
         seed=seed,
         start=t0,
-        end=end,
-        jobs=jobs,
-        job=job_of,
-        attempt_no=att_of,
+        end=t0 + days * DAY,
+        jobs=pool.jobs(),
+        job=placed.job,
+        attempt_no=placed.attempt_no,
         submit=times,
-        hardware=hw_of,
-        throughput=thr_of,
-        start_time=start_of,
-        finish_time=fin_of,
+        hardware=placed.hardware,
+        throughput=placed.throughput,
+        start_time=placed.start_time,
+        finish_time=placed.finish_time,
         outcome=draws.outcome,
-        prior_measured=prior,
+        prior_measured=placed.prior_measured,
     )
 
 
 # ------------------------------------------------------------------------------ Parquet output
 
 
-def _arrow_type(cls: type) -> dict[str, pa.DataType]:
-    types: dict[str, pa.DataType] = {}
-    for spec in cls.FIELDS:  # type: ignore[attr-defined]
-        types[spec.name] = {
-            "str": pa.string(),
-            "int": pa.int64(),
-            "float": pa.float64(),
-            "strlist": pa.list_(pa.string()),
-        }[spec.kind]
-    return types
-
-
-def tables(h: History, hw: HardwareArrays | None = None) -> dict[str, pa.Table]:
-    """The four tables (submissions, starts, finishes, oracle) of a history, unpartitioned."""
-    hw = hw or hardware_arrays()
-    jobs, j = h.jobs, h.job
+def _labels(h: History) -> dict[str, np.ndarray]:
+    """Per-attempt identifiers and model columns that every event table repeats."""
     ms = model_types()
-    names = np.array(hw.names, dtype=object)
-    keys = np.array([job_key(h.seed, x) for x in j.tolist()], dtype=object)
+    model = h.jobs.cfg.model[h.job]
+    keys = np.array([job_key(h.seed, x) for x in h.job.tolist()], dtype=object)
     attempt_ids = np.array(
         [f"{k}-a{a}" for k, a in zip(keys.tolist(), h.attempt_no.tolist(), strict=True)], dtype=object
     )
-    model_names = np.array([m.name for m in ms], dtype=object)[jobs.cfg.model[j]]
-    families = np.array([m.family for m in ms], dtype=object)[jobs.cfg.model[j]]
-    params = np.array([m.params for m in ms])[jobs.cfg.model[j]]
-    elig = jobs.eligible[j]
-    cand_lists = [names[row].tolist() for row in elig]
-
-    sub_cols = {
+    return {
         "schema_version": np.full(len(h), SCHEMA_VERSION),
-        "event_id": "sub-" + attempt_ids,
-        "event_time": h.submit,
         "job_key": keys,
         "attempt_id": attempt_ids,
-        "model_type": model_names,
-        "family": families,
-        "params": params,
+        "model_type": np.array([m.name for m in ms], dtype=object)[model],
+        "family": np.array([m.family for m in ms], dtype=object)[model],
+        "num_accelerators": h.jobs.cfg.n[h.job].astype(np.int64),
+    }
+
+
+def _submission_columns(h: History, hw: HardwareArrays, labels: dict[str, np.ndarray]) -> dict[str, Any]:
+    jobs, j = h.jobs, h.job
+    names = np.array(hw.names, dtype=object)
+    return {
+        **labels,
+        "event_id": "sub-" + labels["attempt_id"],
+        "event_time": h.submit,
+        "params": np.array([m.params for m in model_types()])[jobs.cfg.model[j]],
         "global_batch_size": jobs.cfg.batch[j].astype(np.int64),
         "seq_len": jobs.cfg.seq[j].astype(np.int64),
         "precision": np.array(PRECISIONS, dtype=object)[jobs.cfg.precision[j]],
-        "num_accelerators": jobs.cfg.n[j].astype(np.int64),
         "data_parallel": jobs.cfg.dp[j].astype(np.int64),
         "tensor_parallel": jobs.cfg.tp[j].astype(np.int64),
         "pipeline_parallel": jobs.cfg.pp[j].astype(np.int64),
         "framework": np.array(FRAMEWORKS, dtype=object)[jobs.cfg.framework[j]],
-        "candidates": cand_lists,
+        "candidates": [names[row].tolist() for row in jobs.eligible[j]],
         "requested_hardware": names[jobs.requested[j]],
     }
-    started = h.start_time <= h.end
-    finished = h.finish_time <= h.end
-    base = {
-        "schema_version": np.full(len(h), SCHEMA_VERSION),
-        "job_key": keys,
-        "attempt_id": attempt_ids,
-        "model_type": model_names,
-        "family": families,
-        "hardware": names[h.hardware],
-        "num_accelerators": sub_cols["num_accelerators"],
-    }
-    start_cols = {**base, "event_id": "start-" + attempt_ids, "event_time": h.start_time}
-    thr = h.throughput
-    fin_cols = {
-        **base,
-        "event_id": "finish-" + attempt_ids,
+
+
+def _finish_columns(h: History, labels: dict[str, np.ndarray]) -> dict[str, Any]:
+    return {
+        "event_id": "finish-" + labels["attempt_id"],
         "event_time": h.finish_time,
-        "throughput": [None if math.isnan(x) else x for x in thr.tolist()],
-        "accelerator_hours": jobs.cfg.n[j] * (h.finish_time - h.start_time) / 3600.0,
+        "throughput": [None if math.isnan(x) else x for x in h.throughput.tolist()],
+        "accelerator_hours": h.jobs.cfg.n[h.job] * (h.finish_time - h.start_time) / 3600.0,
         "outcome": np.array(OUTCOME_NAMES, dtype=object)[h.outcome],
         "start_time": h.start_time,
     }
 
-    def table(cls: type, cols: dict[str, object], keep: np.ndarray | None) -> pa.Table:
-        types = _arrow_type(cls)
-        arrays = []
-        for spec in cls.FIELDS:  # type: ignore[attr-defined]
-            col = cols[spec.name]
-            if keep is not None:
-                col = [x for x, k in zip(col, keep, strict=True) if k] if isinstance(col, list) else col[keep]  # type: ignore[index]
-            arrays.append(pa.array(col, type=types[spec.name]))
-        return pa.Table.from_arrays(arrays, names=[s.name for s in cls.FIELDS])  # type: ignore[attr-defined]
 
-    rows, cols_ = np.nonzero(elig)
-    oracle = pa.table(
+def _rows(columns: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
+    """The rows of ``columns`` where ``keep`` is true (columns are arrays or lists)."""
+    return {
+        k: [x for x, ok in zip(col, keep, strict=True) if ok] if isinstance(col, list) else col[keep]
+        for k, col in columns.items()
+    }
+
+
+def _oracle_table(h: History, hw: HardwareArrays, labels: dict[str, np.ndarray]) -> pa.Table:
+    """One row per (attempt, eligible candidate): the noise-free expected throughput and price."""
+    jobs, j = h.jobs, h.job
+    rows, cols = np.nonzero(jobs.eligible[j])
+    cap = jobs.cap[j[rows]]
+    return pa.table(
         {
             "event_time": pa.array(h.submit[rows]),
-            "job_key": pa.array(keys[rows], pa.string()),
-            "attempt_id": pa.array(attempt_ids[rows], pa.string()),
-            "hardware": pa.array(names[cols_], pa.string()),
-            "oracle_throughput": pa.array(jobs.oracle[j[rows], cols_]),
+            "job_key": pa.array(labels["job_key"][rows], pa.string()),
+            "attempt_id": pa.array(labels["attempt_id"][rows], pa.string()),
+            "hardware": pa.array(np.array(hw.names, dtype=object)[cols], pa.string()),
+            "oracle_throughput": pa.array(jobs.oracle[j[rows], cols]),
             "job_factor": pa.array(jobs.factor[j[rows]]),
-            "input_cap": pa.array(
-                np.where(np.isinf(jobs.cap[j[rows]]), np.nan, jobs.cap[j[rows]]), from_pandas=True
-            ),
-            "hourly_price_per_accelerator": pa.array(hw.price[cols_]),
+            "input_cap": pa.array(np.where(np.isinf(cap), np.nan, cap), from_pandas=True),
+            "hourly_price_per_accelerator": pa.array(hw.price[cols]),
         }
     )
+
+
+def tables(h: History, hw: HardwareArrays | None = None) -> dict[str, pa.Table]:
+    """The four tables (submissions, starts, finishes, oracle) of a history, unpartitioned.
+
+    The event tables have the live archive's schema (:func:`streams.archive.arrow_schema`);
+    starts and finishes only of attempts that started or finished by the end of the window.
+    """
+    hw = hw or hardware_arrays()
+    labels = _labels(h)
+    placed = {**labels, "hardware": np.array(hw.names, dtype=object)[h.hardware]}
+    starts = {**placed, "event_id": "start-" + labels["attempt_id"], "event_time": h.start_time}
+    finishes = {**placed, **_finish_columns(h, labels)}
     return {
-        "submissions": table(Submission, sub_cols, None),
-        "starts": table(JobStart, start_cols, started),
-        "finishes": table(JobFinish, fin_cols, finished),
-        "oracle": oracle,
+        table_name(Submission): from_columns(Submission, _submission_columns(h, hw, labels)),
+        table_name(JobStart): from_columns(JobStart, _rows(starts, h.start_time <= h.end)),
+        table_name(JobFinish): from_columns(JobFinish, _rows(finishes, h.finish_time <= h.end)),
+        "oracle": _oracle_table(h, hw, labels),
     }
 
 
 def write_history(h: History, out: Path, hw: HardwareArrays | None = None) -> dict[str, int]:
-    """Write a history as day-partitioned Parquet under ``out``; returns rows written per table."""
+    """Write a history as day-partitioned Parquet under ``out``; returns rows written per table.
+
+    One ``part-0.parquet`` per table and day, in the archive's day folders
+    (:func:`streams.archive.day_folder`).
+    """
     counts: dict[str, int] = {}
     for name, tab in tables(h, hw).items():
-        days = (np.asarray(tab.column("event_time").to_numpy()) // DAY).astype(np.int64)
         counts[name] = tab.num_rows
-        order = np.argsort(days, kind="stable")
-        tab, days = tab.take(pa.array(order)), days[order]
-        bounds = np.flatnonzero(np.diff(days)) + 1
-        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(days)], strict=True):
-            if hi <= lo:
-                continue
-            day = dt.datetime.fromtimestamp(int(days[lo]) * DAY, tz=dt.UTC).strftime("%Y-%m-%d")
-            folder = out / name / f"day={day}"
+        for day, part in split_by_day(tab):
+            folder = day_folder(out, name, day)
             folder.mkdir(parents=True, exist_ok=True)
-            pq.write_table(tab.slice(int(lo), int(hi - lo)), folder / "part-0.parquet")
+            pq.write_table(part, folder / "part-0.parquet")
     return counts

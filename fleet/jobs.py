@@ -14,7 +14,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fleet.throughput import (
-    FRAMEWORKS,
     F,
     HardwareArrays,
     I,
@@ -25,7 +24,6 @@ from fleet.throughput import (
     model_arrays,
 )
 from fleet.workloads import FAMILIES, model_types
-from streams.events import PRECISIONS
 
 MAX_ACCELERATORS = 512
 JOB_FACTOR_SIGMA = 0.3
@@ -232,13 +230,3 @@ def complete_jobs(
         work=work,
         planned_attempts=planned,
     )
-
-
-def precision_name(code: int) -> str:
-    """Name of a precision code."""
-    return PRECISIONS[code]
-
-
-def framework_name(code: int) -> str:
-    """Name of a framework code."""
-    return FRAMEWORKS[code]

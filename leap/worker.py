@@ -18,7 +18,8 @@ from predictor.reload import ModelFollower
 from predictor.service import ModelHolder, RankingService, lookup_fallback
 from streams import metrics
 from streams.app import build_app
-from streams.archive import ArchiveConfig, attach_archiver_agents
+from streams.archive import ArchiveConfig
+from streams.archiver import attach_archiver_agents
 from streams.topics import create_topics
 from training.nightly import NightlyConfig
 from training.nightly import serve as serve_nightly

@@ -1,7 +1,7 @@
-"""The history archive: submissions, starts, finishes and rankings from the topics, as Parquet.
+"""The history archive's format: tables, column types, day folders, and the part-file writer.
 
-Layout (the same as :func:`fleet.history.write_history`, so training reads live and simulated
-history alike)::
+Layout (shared by the archiver, :mod:`streams.archiver`, and the simulator's
+:func:`fleet.history.write_history`, so training reads live and simulated history alike)::
 
     ROOT/submissions/day=YYYY-MM-DD/part-<epoch_ms>-<n>.parquet   columns = Submission fields
     ROOT/starts/day=YYYY-MM-DD/...                                 columns = JobStart fields
@@ -9,38 +9,36 @@ history alike)::
     ROOT/rankings/day=YYYY-MM-DD/...                               columns = Ranking fields; candidates
                                                                    and features_used as JSON text
 
-Each event is filed under the UTC day of its ``event_time``. Parquet files are immutable, so
-every flush adds new part files; a part file appears whole or not at all (written under a
-hidden name, synced, then linked into place). Offsets are committed only after the batch's
-files are in place: delivery is at-least-once, and a crash between the write and the commit
-stores some events twice. Readers must drop repeated ``event_id`` s (:func:`drop_duplicate_events`).
+Each event is filed under the UTC day of its ``event_time`` (:func:`day_of`, :func:`split_by_day`,
+:func:`day_folder`). Parquet files are immutable, so every flush adds new part files; a part file
+appears whole or not at all (written under a hidden name, synced, then linked into place).
+Offsets are committed only after the batch's files are in place: delivery is at-least-once, and
+a crash between the write and the commit stores some events twice. Readers must drop repeated
+``event_id`` s (:func:`drop_duplicate_events`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import itertools
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from prometheus_client import Counter
 
-from core.settings import Settings
-from streams.events import Event, EventError, JobFinish, JobStart, Ranking, Submission
+from core.settings import DEFAULT_ARCHIVE_FLUSH_EVENTS, DEFAULT_ARCHIVE_FLUSH_SECONDS, Settings
+from streams.events import Event, JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
-
-if TYPE_CHECKING:
-    import faust
 
 log = logging.getLogger("leap.archive")
 
@@ -52,12 +50,6 @@ TABLES: dict[str, tuple[str, type[Event]]] = {
     JOB_FINISHES.name: ("finishes", JobFinish),
     RANKINGS.name: ("rankings", Ranking),
 }
-#: Back-off while the archive folder cannot be written: the batch waits, it is never skipped.
-RETRY_DELAYS_S = (1.0, 2.0, 5.0, 10.0, 30.0)
-#: How often buffers are checked for age (and for a stopping consumer).
-FLUSH_TICK_S = 0.5
-#: Exit code when a batch cannot be archived (it must not be committed; it is read again on restart).
-EXIT_UNWRITTEN = 75
 
 ARCHIVED = Counter("leap_archive_events_total", "Events written to the archive", ["table"])
 SKIPPED = Counter("leap_archive_skipped_total", "Invalid events not archived", ["topic", "reason"])
@@ -78,19 +70,23 @@ class ArchiveConfig:
     """
 
     root: Path
-    flush_events: int = 10_000
-    flush_seconds: float = 300.0
+    flush_events: int = DEFAULT_ARCHIVE_FLUSH_EVENTS
+    flush_seconds: float = DEFAULT_ARCHIVE_FLUSH_SECONDS
 
     @classmethod
-    def from_env(cls, settings: Settings, env: Mapping[str, str] | None = None) -> ArchiveConfig:
-        """``LEAP_ARCHIVE_DIR`` (default ``settings.home / "archive"``) and the flush limits."""
-        env = os.environ if env is None else env
-        default = cls(settings.home / "archive")
+    def from_settings(cls, settings: Settings) -> ArchiveConfig:
+        """``settings.archive_root`` and the settings' flush limits."""
         return cls(
-            root=Path(env["LEAP_ARCHIVE_DIR"]) if env.get("LEAP_ARCHIVE_DIR") else default.root,
-            flush_events=int(env.get("LEAP_ARCHIVE_FLUSH_EVENTS") or default.flush_events),
-            flush_seconds=float(env.get("LEAP_ARCHIVE_FLUSH_SECONDS") or default.flush_seconds),
+            root=settings.archive_root,
+            flush_events=settings.archive_flush_events,
+            flush_seconds=settings.archive_flush_seconds,
         )
+
+    @classmethod
+    def from_env(cls, settings: Settings) -> ArchiveConfig:
+        """The same as :meth:`from_settings`: kept for callers written before the environment
+        was read only by :class:`~core.settings.Settings` (``leap/cli.py``, ``leap/worker.py``)."""
+        return cls.from_settings(settings)
 
 
 # ------------------------------------------------------------------------------ tables
@@ -99,8 +95,27 @@ _ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "strlist
 
 
 def arrow_schema(cls: type[Event]) -> pa.Schema:
-    """Column types of an event's table: those of ``fleet.history``; nested values as JSON text."""
+    """Column types of an event's table; nested values (``object``, ``records``) as JSON text."""
     return pa.schema([(f.name, _ARROW.get(f.kind, pa.string())) for f in cls.FIELDS])
+
+
+def table_name(cls: type[Event]) -> str:
+    """The archive folder of an event class (``Submission`` -> ``submissions``)."""
+    for name, kind in TABLES.values():
+        if kind is cls:
+            return name
+    raise ValueError(f"{cls.__name__} is not archived")
+
+
+def from_columns(cls: type[Event], columns: Mapping[str, Any]) -> pa.Table:
+    """An event class's table from one column (array or list) per field, typed by :func:`arrow_schema`.
+
+    Columns must already hold what the schema stores: JSON text for nested fields. Extra keys
+    are ignored; a missing field raises ``KeyError``.
+    """
+    schema = arrow_schema(cls)
+    arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _cell(kind: str, value: Any) -> Any:
@@ -113,14 +128,39 @@ def _cell(kind: str, value: Any) -> Any:
 
 def to_table(cls: type[Event], events: Sequence[Event]) -> pa.Table:
     """Events of one class as an Arrow table with :func:`arrow_schema` columns."""
-    schema = arrow_schema(cls)
-    columns = [pa.array([_cell(f.kind, getattr(e, f.name)) for e in events], type=schema.field(f.name).type)
-               for f in cls.FIELDS]
-    return pa.Table.from_arrays(columns, schema=schema)
+    return from_columns(cls, {f.name: [_cell(f.kind, getattr(e, f.name)) for e in events] for f in cls.FIELDS})
+
+
+# ------------------------------------------------------------------------------ day folders
+
+
+def _day_text(day_number: int) -> str:
+    return dt.datetime.fromtimestamp(day_number * DAY, tz=dt.UTC).strftime("%Y-%m-%d")
 
 
 def day_of(event_time: float) -> str:
-    return dt.datetime.fromtimestamp(int(event_time // DAY) * DAY, tz=dt.UTC).strftime("%Y-%m-%d")
+    """The UTC day (``YYYY-MM-DD``) an event with this ``event_time`` is filed under."""
+    return _day_text(int(event_time // DAY))
+
+
+def day_folder(root: Path, table: str, day: str) -> Path:
+    """``root/<table>/day=<day>``: the folder of one table's part files for one day."""
+    return Path(root) / table / f"day={day}"
+
+
+def split_by_day(table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """A table's rows grouped by the UTC day of ``event_time``, days ascending.
+
+    Rows keep their order within a day (the sort is stable). Used to write a whole table at
+    once; the archiver files events one by one with :func:`day_of`, which agrees with it.
+    """
+    days = (np.asarray(table.column("event_time").to_numpy()) // DAY).astype(np.int64)
+    order = np.argsort(days, kind="stable")
+    table, days = table.take(pa.array(order)), days[order]
+    bounds = np.flatnonzero(np.diff(days)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(days)], strict=True):
+        if hi > lo:
+            yield _day_text(int(days[lo])), table.slice(int(lo), int(hi - lo))
 
 
 def drop_duplicate_events(table: pa.Table) -> pa.Table:
@@ -162,7 +202,7 @@ class ArchiveWriter:
 
     def write(self, cls: type[Event], events: Iterable[Event]) -> list[Path]:
         """Write events of one type, one new part file per UTC day; returns the files written."""
-        table_name = _table_of(cls)
+        name = table_name(cls)
         by_day: dict[str, list[Event]] = {}
         for ev in events:
             by_day.setdefault(day_of(ev.event_time), []).append(ev)  # type: ignore[attr-defined]
@@ -170,9 +210,9 @@ class ArchiveWriter:
         for day, evs in sorted(by_day.items()):
             table = _writable(cls, evs)
             if table.num_rows:
-                paths.append(self._write_part(self.root / table_name / f"day={day}", table))
-                ARCHIVED.labels(table_name).inc(table.num_rows)
-                FILES.labels(table_name).inc()
+                paths.append(self._write_part(day_folder(self.root, name, day), table))
+                ARCHIVED.labels(name).inc(table.num_rows)
+                FILES.labels(name).inc()
         return paths
 
     def _write_part(self, folder: Path, table: pa.Table) -> Path:
@@ -218,131 +258,3 @@ def _writable(cls: type[Event], events: Sequence[Event]) -> pa.Table:
                 SKIPPED.labels(topic, "unwritable").inc()
                 log.error("not archived, %s %s: %s", cls.NAME, ev.event_id, exc)  # type: ignore[attr-defined]
         return to_table(cls, keep)
-
-
-def _table_of(cls: type[Event]) -> str:
-    for name, kind in TABLES.values():
-        if kind is cls:
-            return name
-    raise ValueError(f"{cls.__name__} is not archived")
-
-
-# ------------------------------------------------------------------------------ the agent
-
-
-def decode_valid(cls: type[Event], topic: str, raws: Iterable[bytes | None]) -> list[Event]:
-    """Valid events of a batch. Invalid ones are counted and skipped: the feature and predictor
-    agents already dead-letter them, and a second dead letter per message would only be noise."""
-    good: list[Event] = []
-    for raw in raws:
-        try:
-            good.append(cls.decode(raw))
-        except EventError as exc:
-            SKIPPED.labels(topic, exc.reason).inc()
-    return good
-
-
-async def write_with_retry(writer: ArchiveWriter, cls: type[Event], events: Sequence[Event]) -> None:
-    """Write a batch, waiting out failures (full disk, unmounted volume) instead of dropping it.
-
-    The batch's offsets stay uncommitted meanwhile. If shutdown interrupts the retries, the
-    process exits at once: a normal stop would commit what the consumer holds, and the batch is
-    read again on restart instead.
-    """
-    for delay in itertools.chain(RETRY_DELAYS_S, itertools.repeat(RETRY_DELAYS_S[-1])):
-        try:
-            writer.write(cls, events)  # synchronous: no cancellation point inside a write
-            return
-        except OSError as exc:
-            log.error("cannot write %d %s event(s) to %s (%s); retrying in %.0fs",
-                      len(events), cls.NAME, writer.root, exc, delay)
-        try:
-            await asyncio.sleep(delay)
-        except asyncio.CancelledError:
-            log.critical("stopped while %d %s event(s) are unwritten; exiting without committing them",
-                         len(events), cls.NAME)
-            logging.shutdown()
-            os._exit(EXIT_UNWRITTEN)
-
-
-class TopicBuffer:
-    """One topic's events since the last flush; their offsets are acked only once written.
-
-    Faust's ``take_events`` acks a batch as soon as the agent moves on, and its timer cannot be
-    cut short, so a worker stopping or losing partitions would wait a whole flush interval for
-    it. Here the agent only appends (with acks off) and a flush, by size, age, or because the
-    consumer stopped its flow for a shutdown or rebalance, writes and then acks.
-    """
-
-    def __init__(self, writer: ArchiveWriter, topic: str, cls: type[Event], config: ArchiveConfig) -> None:
-        self.writer, self.topic, self.cls, self.config = writer, topic, cls, config
-        self.pending: list[Any] = []  # faust events
-        self.since = 0.0
-        self.stream: Any = None
-        self._lock = asyncio.Lock()
-
-    def add(self, event: Any) -> None:
-        if not self.pending:
-            self.since = time.monotonic()
-        self.pending.append(event)
-
-    def due(self, now: float, stopping: bool) -> bool:
-        return bool(self.pending) and (
-            stopping or len(self.pending) >= self.config.flush_events or now - self.since >= self.config.flush_seconds
-        )
-
-    async def flush(self) -> None:
-        async with self._lock:  # size- and timer-triggered flushes never interleave
-            events, self.pending = self.pending, []
-            if not events:
-                return
-            try:
-                good = decode_valid(self.cls, self.topic, (e.message.value for e in events))
-                if good:
-                    await write_with_retry(self.writer, self.cls, good)
-            except Exception:
-                # Events that are never acked hold back every later commit and make a stop wait
-                # forever; exiting is the honest alternative (the batch is read again on restart).
-                log.critical("archiving %d %s event(s) failed; exiting", len(events), self.cls.NAME, exc_info=True)
-                logging.shutdown()
-                os._exit(EXIT_UNWRITTEN)
-            for event in events:
-                await self.stream.ack(event)
-
-
-def attach_archiver_agents(app: faust.App, topics: dict[str, faust.TopicT], config: ArchiveConfig) -> ArchiveWriter:
-    """One agent per archived topic, and a task that flushes buffers that are old enough."""
-    from streams import metrics
-
-    writer = ArchiveWriter(config.root)
-    buffers = [TopicBuffer(writer, topic, cls, config) for topic, (_, cls) in TABLES.items()]
-
-    def make(buf: TopicBuffer) -> None:
-        async def archive(stream: Any) -> None:
-            stream.enable_acks = False  # TopicBuffer.flush acks after the write
-            buf.stream = stream
-            async for event in stream.events():
-                metrics.EVENTS_IN.labels(buf.topic).inc()
-                buf.add(event)
-                if len(buf.pending) >= config.flush_events:
-                    await buf.flush()
-
-        name = _table_of(buf.cls)
-        archive.__qualname__ = archive.__name__ = f"archive_{name}"  # names the agent in logs
-        app.agent(topics[buf.topic], name=f"leap.archive.{name}")(archive)
-
-    for buf in buffers:
-        make(buf)
-
-    @app.task
-    async def flush_due() -> None:
-        # Not app.timer: timers end as soon as the app starts stopping, but the consumer then
-        # waits for every buffered event to be acked, and only a flush acks them.
-        while True:
-            await asyncio.sleep(min(FLUSH_TICK_S, config.flush_seconds))
-            stopping = not app.consumer.flow_active  # type: ignore[attr-defined]  # shutdown or rebalance
-            for buf in buffers:
-                if buf.due(time.monotonic(), stopping):
-                    await buf.flush()
-
-    return writer

@@ -18,7 +18,16 @@ from core.hardware import load_catalogue
 from core.settings import Settings
 from fleet.history import simulate, tables
 from services.workers import WorkerProcess
-from streams.archive import ArchiveWriter, arrow_schema, day_of, drop_duplicate_events
+from streams.archive import (
+    ArchiveConfig,
+    ArchiveWriter,
+    arrow_schema,
+    day_folder,
+    day_of,
+    drop_duplicate_events,
+    split_by_day,
+    to_table,
+)
 from streams.client import SchedulerClient
 from streams.events import SCHEMA_VERSION, Event, JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
@@ -109,6 +118,27 @@ def test_schema_is_the_simulated_history_schema(tmp_path: Path) -> None:
         assert arrow_schema(cls) == sim[name].schema, name
     ranks = arrow_schema(Ranking)
     assert ranks.field("candidates").type == pa.string() and ranks.field("features_used").type == pa.string()
+
+
+def test_config_comes_from_settings(tmp_path: Path) -> None:
+    settings = Settings.from_env({"LEAP_HOME": str(tmp_path), "LEAP_ARCHIVE_FLUSH_EVENTS": "7",
+                                  "LEAP_ARCHIVE_FLUSH_SECONDS": "1.5"})
+    assert ArchiveConfig.from_settings(settings) == ArchiveConfig(tmp_path / "archive", 7, 1.5)
+    assert ArchiveConfig.from_settings(Settings.from_env({"LEAP_ARCHIVE_DIR": str(tmp_path / "a")})) == \
+        ArchiveConfig(tmp_path / "a")
+    assert ArchiveConfig.from_env(settings) == ArchiveConfig.from_settings(settings)
+
+
+def test_whole_tables_split_into_the_writers_day_folders(tmp_path: Path) -> None:
+    subs = [e for e in events_of("d", 6) if isinstance(e, Submission)]
+    parts = list(split_by_day(to_table(Submission, subs[::-1])))
+    assert [day for day, _ in parts] == sorted({day_of(s.event_time) for s in subs})
+    for day, part in parts:
+        times = part.column("event_time").to_pylist()
+        assert {day_of(t) for t in times} == {day} and times == sorted(times, reverse=True)  # order kept
+    assert sum(part.num_rows for _, part in parts) == len(subs)
+    written = ArchiveWriter(tmp_path).write(Submission, subs)
+    assert {p.parent for p in written} == {day_folder(tmp_path, "submissions", day) for day, _ in parts}
 
 
 def test_writer_files_by_day_atomically_and_duplicates_drop_on_read(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.hardware import SPEC_FEATURES, Catalogue, HardwareType, load_catalogue, normalise
+from core.settings import Settings
 
 REQUIRED = (
     "K80", "P100", "V100-32GB", "T4", "A10G", "L4", "L40S", "A100-40GB", "A100-80GB", "H100-SXM",
@@ -18,9 +19,8 @@ REQUIRED = (
 
 
 @pytest.fixture()
-def cat(monkeypatch: pytest.MonkeyPatch) -> Catalogue:
-    monkeypatch.delenv("LEAP_PRICES_FILE", raising=False)
-    return Catalogue.load()
+def cat() -> Catalogue:
+    return Catalogue.load()  # list prices: the environment is read only by Settings
 
 
 def test_at_least_22_types_including_the_required_ones(cat: Catalogue) -> None:
@@ -103,8 +103,12 @@ def test_price_override_and_reload(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert cat.price("TPU-v5p") == base.price("TPU-v5p")  # dropped override reverts to the list price
     assert not cat.reload_prices_if_changed()
 
+    settings = Settings.from_env({"LEAP_PRICES_FILE": str(prices)})
+    assert Catalogue.load(prices=settings.prices_file).price("H100") == 2.0
+    assert load_catalogue(settings).price("H100") == 2.0
     monkeypatch.setenv("LEAP_PRICES_FILE", str(prices))
-    assert Catalogue.load().price("H100") == 2.0
+    assert load_catalogue().price("H100") == 2.0  # no settings: Settings.from_env()
+    assert load_catalogue() is load_catalogue(settings)  # cached per price file
 
 
 def test_bad_override_is_rejected(tmp_path: Path) -> None:

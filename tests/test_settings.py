@@ -1,0 +1,86 @@
+"""Settings: every ``LEAP_*`` variable is read by ``Settings.from_env`` and nowhere else."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.settings import DEFAULT_ARCHIVE_FLUSH_EVENTS, DEFAULT_ARCHIVE_FLUSH_SECONDS, Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCTION = ("core", "streams", "features", "predictor", "training", "replay", "dashboard", "services", "fleet",
+              "bench", "leap")
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "attribute", "expected"),
+    [
+        ("LEAP_KAFKA_BOOTSTRAP", "k1:9092,k2:9092", "kafka_bootstrap", "k1:9092,k2:9092"),
+        ("LEAP_KAFKA_BOOTSTRAP", "k1:9092", "kafka_from_env", True),
+        ("LEAP_REDIS_URL", "redis://r:6380/2", "redis_url", "redis://r:6380/2"),
+        ("LEAP_REDIS_URL", "redis://r:6380/2", "redis_from_env", True),
+        ("LEAP_HOME", "/srv/leap", "home", Path("/srv/leap")),
+        ("LEAP_KEY_PREFIX", "blue", "key_prefix", "blue"),
+        ("LEAP_KAFKA_SECURITY_PROTOCOL", "SASL_SSL", "kafka_security", {"security.protocol": "SASL_SSL"}),
+        ("LEAP_KAFKA_SASL_MECHANISM", "PLAIN", "kafka_security", {"sasl.mechanism": "PLAIN"}),
+        ("LEAP_KAFKA_SASL_USERNAME", "svc", "kafka_security", {"sasl.username": "svc"}),
+        ("LEAP_KAFKA_SASL_PASSWORD", "s3cret", "kafka_security", {"sasl.password": "s3cret"}),
+        ("LEAP_KAFKA_SSL_CAFILE", "/etc/ca.pem", "kafka_security", {"ssl.ca.location": "/etc/ca.pem"}),
+        ("LEAP_PRICES_FILE", "/etc/leap/prices.csv", "prices_file", Path("/etc/leap/prices.csv")),
+        ("LEAP_ARCHIVE_DIR", "/data/archive", "archive_dir", Path("/data/archive")),
+        ("LEAP_ARCHIVE_FLUSH_EVENTS", "250", "archive_flush_events", 250),
+        ("LEAP_ARCHIVE_FLUSH_SECONDS", "2.5", "archive_flush_seconds", 2.5),
+    ],
+)
+def test_from_env_reads_each_variable(var: str, value: str, attribute: str, expected: Any) -> None:
+    default = getattr(Settings.from_env({}), attribute)
+    assert default != expected
+    assert getattr(Settings.from_env({var: value}), attribute) == expected
+    assert getattr(Settings.from_env({var: ""}), attribute) == default  # empty means unset
+
+
+def test_defaults_without_environment() -> None:
+    s = Settings.from_env({})
+    assert s == Settings()
+    assert (s.prices_file, s.archive_dir) == (None, None)
+    assert (s.archive_flush_events, s.archive_flush_seconds) == (DEFAULT_ARCHIVE_FLUSH_EVENTS,
+                                                                  DEFAULT_ARCHIVE_FLUSH_SECONDS)
+    assert not s.kafka_from_env and not s.redis_from_env
+
+
+def test_archive_root_follows_home_unless_set() -> None:
+    s = Settings.from_env({"LEAP_HOME": "/srv/leap"})
+    assert s.archive_root == Path("/srv/leap/archive")
+    assert replace(s, home=Path("/tmp/other")).archive_root == Path("/tmp/other/archive")
+    pinned = Settings.from_env({"LEAP_HOME": "/srv/leap", "LEAP_ARCHIVE_DIR": "/data/archive"})
+    assert replace(pinned, home=Path("/tmp/other")).archive_root == Path("/data/archive")
+
+
+@pytest.mark.parametrize(("var", "value"), [("LEAP_ARCHIVE_FLUSH_EVENTS", "many"),
+                                            ("LEAP_ARCHIVE_FLUSH_EVENTS", "2.5"),
+                                            ("LEAP_ARCHIVE_FLUSH_SECONDS", "soon")])
+def test_a_bad_number_names_its_variable(var: str, value: str) -> None:
+    with pytest.raises(ValueError, match=var):
+        Settings.from_env({var: value})
+
+
+def test_secrets_stay_out_of_repr() -> None:
+    assert "s3cret" not in repr(Settings.from_env({"LEAP_KAFKA_SASL_PASSWORD": "s3cret"}))
+
+
+def test_no_leap_variable_is_read_outside_settings() -> None:
+    # A read elsewhere would be a second place to configure the same deployment.
+    read = re.compile(r"""(environ\.get\(|environ\[|getenv\()\s*["']LEAP_""")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for package in PRODUCTION
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != ROOT / "core" / "settings.py"
+        for n, line in enumerate(path.read_text().splitlines(), start=1)
+        if read.search(line)
+    ]
+    assert not offenders, offenders
