@@ -105,7 +105,7 @@ def test_new_workload_blends_trees_with_transfer(small: Path) -> None:
     train = np.flatnonzero(~test_rows[pairs.row])
     keep = [k for k, n in enumerate(space.names) if n not in m.DEFAULT_EXCLUDE]
     names = [space.names[k] for k in keep]
-    trees = m._fit_predict(
+    trees = m.fit_predict(
         space.matrix(t, pairs, train)[:, keep],
         np.log(t.throughput[pairs.row[train]] / pairs.prior[train]),
         space.matrix(t, pairs, test)[:, keep], names, [n for n in space.categorical if n in names], 0,

@@ -21,6 +21,7 @@ Top-1 and regret use a sample of attempts with every candidate's rows.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,11 @@ from core.accuracy import regret, summary, top1
 from core.hardware import Catalogue, load_catalogue
 from features.rows import Rows
 from predictor.lgbm import EVIDENCE, evidence_level
-from predictor.models import LookupTable, PriorTransfer, ThroughputModel
+from predictor.models import ThroughputModel
 from streams.events import Submission
-from training.dataset import DAY, Examples, History, build_examples, read_history
-from training.train import day_text, fit_model
+from training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
+from training.days import checked_first_test_day, day_text, first_test_day, submitted_on, training_rows
+from training.train import baseline_models, fit_model
 
 METRICS = ("acc@10", "acc@20", "mape", "top1", "regret")
 #: Scored side by side, in the order tables list them.
@@ -115,6 +117,45 @@ def _pick_metrics(models: dict[str, Picker], ex: Examples, oracle: dict[tuple[st
     return out
 
 
+@dataclass(frozen=True)
+class OracleTables:
+    """The simulator's oracle table as ``(attempt_id, hardware) -> value`` maps (empty without one).
+
+    Attributes
+    ----------
+    throughput
+        Whole-job noise-free throughput.
+    factor
+        The job's own speed factor.
+    cap
+        The job's input cap (NaN: none).
+    """
+
+    throughput: dict[tuple[str, str], float]
+    factor: dict[tuple[str, str], float]
+    cap: dict[tuple[str, str], float]
+
+    @classmethod
+    def read(cls, history: History) -> OracleTables:
+        """The history's oracle columns; all empty for a history without an oracle table."""
+        return cls(_oracle_map(history), _oracle_map(history, "job_factor"), _oracle_map(history, "input_cap"))
+
+    def per_accelerator(self, test: Examples) -> np.ndarray:
+        """The oracle's per-accelerator throughput of each test example (NaN where it has none)."""
+        orc = np.array([self.throughput.get((a, h), np.nan)
+                        for a, h in zip(test.attempt_id, test.hardware, strict=True)])
+        return orc / test.num_accelerators
+
+    def ceiling(self, rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray) -> np.ndarray:
+        """:func:`ceiling_predictions` with these tables."""
+        return ceiling_predictions(rows, attempt_id, num_accelerators, self.throughput, self.factor, self.cap)
+
+    def ceiling_picker(self, sub: Submission, rows: Rows) -> np.ndarray:
+        """The ceiling for every candidate row of one submission (a :data:`Picker`)."""
+        n = len(rows["hardware"])
+        return self.ceiling(rows, np.full(n, sub.attempt_id, dtype=object), np.full(n, float(sub.num_accelerators)))
+
+
 def backtest(
     history_dir: Path,
     days: int = 30,
@@ -124,71 +165,120 @@ def backtest(
     progress: Any = None,
     examples: tuple[History, Examples] | None = None,
 ) -> dict[str, Any]:
-    """Run the backtest; returns ``{"days", "mean": {model: metrics}, "per_day": [...]}``."""
+    """Retrain nightly over the last ``days`` days of a history and score each day.
+
+    Parameters
+    ----------
+    history_dir
+        History folder (ignored when ``examples`` is given).
+    days
+        Test days at the end of the history.
+    window_days
+        Training window of each retrain.
+    params
+        LightGBM parameters; None for the defaults.
+    catalogue
+        Specs for the rows and prices for regret; default :func:`core.hardware.load_catalogue`.
+    progress
+        Anything with ``print`` (a rich console), for one line per day.
+    examples
+        ``(history, examples)`` already built with :func:`training.dataset.build_examples`
+        (with candidate rows from the first test day on, for top-1 and regret).
+
+    Returns
+    -------
+    dict
+        ``{"days", "window_days", "mean": {model: metrics}, "by_evidence", "per_day": [...],
+        "lightgbm_beats_transfer_days", "data_hash", "lightgbm_by_hardware",
+        "lightgbm_by_family", "lightgbm_sample"}``.
+
+    Raises
+    ------
+    ValueError
+        If the history is too short, or no day had both training and test examples.
+    """
     catalogue = catalogue or load_catalogue()
-    if examples is None:
-        history = read_history(history_dir)
-        first_test = history.last_day - (days - 1) * DAY
-        if first_test - history.first_day < 2 * DAY:
-            raise ValueError(f"the history has {int((history.last_day - history.first_day) / DAY) + 1} days: "
-                             f"too short for {days} test days after at least 2 days of training")
-        if progress is not None:
-            progress.print(f"building point-in-time rows for {history.submissions.num_rows} submissions ...")
-        ex = build_examples(history, catalogue, full_from=first_test)
-    else:
-        history, ex = examples
-        first_test = history.last_day - (days - 1) * DAY
-    oracle = _oracle_map(history)
-    factor, cap = _oracle_map(history, "job_factor"), _oracle_map(history, "input_cap")
+    history, ex, first_test = _history_examples(history_dir, days, catalogue, progress, examples)
+    oracle = OracleTables.read(history)
     per_day: list[dict[str, Any]] = []
     # LightGBM's errors on every scored attempt, for the by-hardware and by-family breakdowns.
     errors: dict[str, list[Any]] = {"hardware": [], "family": [], "pred": [], "actual": []}
     for d in range(days):
-        day = first_test + d * DAY
-        train = ex.select((ex.finish_time < day) & (ex.submit_time >= day - window_days * DAY))
-        test = ex.select((ex.submit_time >= day) & (ex.submit_time < day + DAY))
-        if len(train) == 0 or len(test) == 0:
+        row = _score_day(ex, first_test + d * DAY, window_days, params, oracle, catalogue, errors)
+        if row is None:
             continue
-        model = fit_model(train, params)
-        models: dict[str, Picker] = {
-            "lightgbm": model, "lookup": LookupTable(), "transfer": PriorTransfer(),
-        }
-        row: dict[str, Any] = {"day": day_text(day), "train_rows": len(train), "test_rows": len(test)}
-        level = evidence_level(test.rows)
-        preds: dict[str, np.ndarray] = {}
-        for name, m in models.items():
-            assert isinstance(m, ThroughputModel)
-            pred = preds[name] = m.predict(test.rows)
-            row[name] = summary(pred, test.y)
-            if name == "lightgbm":
-                errors["hardware"].extend(test.rows["hardware"].tolist())
-                errors["family"].extend(test.rows["family"].tolist())
-                errors["pred"].extend(pred.tolist())
-                errors["actual"].extend(test.y.tolist())
-        if oracle:
-            orc = np.array([oracle.get((a, h), np.nan) for a, h in zip(test.attempt_id, test.hardware, strict=True)])
-            row["oracle"] = summary(orc / test.num_accelerators, test.y)
-            models["oracle"] = None
-            preds["oracle"] = orc / test.num_accelerators
-            preds["ceiling"] = ceiling_predictions(test.rows, test.attempt_id, test.num_accelerators,
-                                                   oracle, factor, cap)
-            models["ceiling"] = lambda sub, rows: ceiling_predictions(
-                rows, np.full(len(rows["hardware"]), sub.attempt_id, dtype=object),
-                np.full(len(rows["hardware"]), float(sub.num_accelerators)), oracle, factor, cap)
-            row["ceiling"] = summary(preds["ceiling"], test.y)
-        row["by_evidence"] = {
-            name: {"share": float(np.mean(level == k)),
-                   **{n: summary(p[level == k], test.y[level == k])["acc@10"] for n, p in preds.items()}}
-            for k, name in enumerate(EVIDENCE)
-        }
-        for name, picks in _pick_metrics(models, test, oracle, catalogue).items():
-            row[name].update(picks)
         per_day.append(row)
         if progress is not None:
-            progress.print(f"{row['day']}: train {len(train)} test {len(test)}  acc@10 " + "  ".join(
-                f"{n} {row[n]['acc@10']:.3f}" for n in METHODS if n in row))
+            progress.print(f"{row['day']}: train {row['train_rows']} test {row['test_rows']}  acc@10 "
+                           + "  ".join(f"{n} {row[n]['acc@10']:.3f}" for n in METHODS if n in row))
     if not per_day:
         raise ValueError("no day had both training and test examples")
+    return _summarise(per_day, errors, window_days, history.digest)
+
+
+def _history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,
+                      examples: tuple[History, Examples] | None) -> tuple[History, Examples, float]:
+    """The history, its examples and the first test day; rows are built unless given."""
+    if examples is not None:
+        history, ex = examples
+        return history, ex, first_test_day(history, days)
+    history = read_history(history_dir)
+    # Checked before building the rows, the slow part, so a short history fails at once.
+    first_test = checked_first_test_day(history, days)
+    return history, build_examples_with_progress(history, catalogue, progress, full_from=first_test), first_test
+
+
+def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any] | None,
+               oracle: OracleTables, catalogue: Catalogue, errors: dict[str, list[Any]]) -> dict[str, Any] | None:
+    """One night: train before ``day``, score the day's attempts; None if either side is empty.
+
+    Appends LightGBM's errors on the day to ``errors``.
+    """
+    train = training_rows(ex, day, window_days)
+    test = submitted_on(ex, day)
+    if len(train) == 0 or len(test) == 0:
+        return None
+    models: dict[str, Picker] = {"lightgbm": fit_model(train, params), **baseline_models()}
+    row: dict[str, Any] = {"day": day_text(day), "train_rows": len(train), "test_rows": len(test)}
+    preds: dict[str, np.ndarray] = {}
+    for name, model in models.items():
+        assert isinstance(model, ThroughputModel)
+        pred = preds[name] = model.predict(test.rows)
+        row[name] = summary(pred, test.y)
+    _record_errors(errors, test, preds["lightgbm"])
+    if oracle.throughput:
+        preds["oracle"] = oracle.per_accelerator(test)
+        row["oracle"] = summary(preds["oracle"], test.y)
+        models["oracle"] = None
+        preds["ceiling"] = oracle.ceiling(test.rows, test.attempt_id, test.num_accelerators)
+        models["ceiling"] = oracle.ceiling_picker
+        row["ceiling"] = summary(preds["ceiling"], test.y)
+    row["by_evidence"] = _by_evidence(test, preds)
+    for name, picks in _pick_metrics(models, test, oracle.throughput, catalogue).items():
+        row[name].update(picks)
+    return row
+
+
+def _record_errors(errors: dict[str, list[Any]], test: Examples, pred: np.ndarray) -> None:
+    errors["hardware"].extend(test.rows["hardware"].tolist())
+    errors["family"].extend(test.rows["family"].tolist())
+    errors["pred"].extend(pred.tolist())
+    errors["actual"].extend(test.y.tolist())
+
+
+def _by_evidence(test: Examples, preds: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Per evidence level: its share of the day's attempts and each method's acc@10 on them."""
+    level = evidence_level(test.rows)
+    return {
+        name: {"share": float(np.mean(level == k)),
+               **{n: summary(p[level == k], test.y[level == k])["acc@10"] for n, p in preds.items()}}
+        for k, name in enumerate(EVIDENCE)
+    }
+
+
+def _summarise(per_day: list[dict[str, Any]], errors: dict[str, list[Any]], window_days: int,
+               data_hash: str) -> dict[str, Any]:
+    """The backtest's result: means over the days, the per-day rows and LightGBM's breakdowns."""
     names = [n for n in METHODS if n in per_day[0]]
     mean = {n: {m: float(np.nanmean([r[n][m] for r in per_day])) for m in METRICS if m in per_day[0][n]}
             for n in names}
@@ -200,12 +290,13 @@ def backtest(
     wins = sum(r["lightgbm"]["acc@10"] > r["transfer"]["acc@10"] for r in per_day)
     return {"days": len(per_day), "window_days": window_days, "mean": mean, "by_evidence": by_evidence,
             "per_day": per_day,
-            "lightgbm_beats_transfer_days": wins, "data_hash": history.digest,
+            "lightgbm_beats_transfer_days": wins, "data_hash": data_hash,
             "lightgbm_by_hardware": _breakdown(errors, "hardware"), "lightgbm_by_family": _breakdown(errors, "family"),
             "lightgbm_sample": _sample(errors, 3000)}
 
 
 def _breakdown(errors: dict[str, list[Any]], key: str) -> dict[str, dict[str, float]]:
+    """LightGBM's metrics per value of ``key`` (hardware or family), over all scored attempts."""
     keys = np.array(errors[key], dtype=object)
     pred, actual = np.array(errors["pred"]), np.array(errors["actual"])
     return {str(k): summary(pred[keys == k], actual[keys == k]) for k in sorted(set(keys.tolist()))}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 import typer
@@ -44,7 +44,8 @@ def train_cmd(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the training report here.")] = None,
 ) -> None:
     """Fit LightGBM on the history and register a new version."""
-    from training.train import not_worse, parse_day, train
+    from training.days import parse_day
+    from training.train import not_worse, train
 
     _check_history(history)
     try:
@@ -69,6 +70,11 @@ def train_cmd(
     if json_out:
         json_out.write_text(text + "\n")
     print(text)
+
+
+def _write_json(path: Path, result: dict[str, Any]) -> None:
+    """A report as indented JSON (NumPy numbers included)."""
+    path.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
 
 
 def _print_metrics(metrics: dict[str, dict[str, float]], title: str) -> None:
@@ -160,7 +166,7 @@ def backtest_cmd(
         result = backtest(history, days=days, window_days=window_days, progress=console)
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    json_path.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+    _write_json(json_path, result)
     if report is not None:
         plot_report(result, report)
     _print_metrics(result["mean"], f"mean over {result['days']} nightly retrains")
@@ -201,7 +207,7 @@ def drivers_cmd(
         result = drivers(history, days=days, progress=console, variants=chosen, jobs=jobs)
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    json_path.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+    _write_json(json_path, result)
     if report is not None:
         plot_drivers(result, report)
     table = Table(title="change in mean acc@10 against the default model")

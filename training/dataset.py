@@ -137,54 +137,31 @@ def build_examples(
     full_from
         Submissions at or after this time may also get rows for every candidate (a random
         sample of ``full_per_day`` per day), for top-1 pick accuracy and regret.
+    full_per_day
+        Submissions per day that get every candidate's rows (all if fewer are eligible).
+    seed
+        Seed of that sample.
     rows_from
         Build rows only for submissions from this time on (earlier events still shape state).
     until
         Ignore every event at or after this time (what was not known yet).
+
+    Returns
+    -------
+    Examples
+        One example per measured attempt, in submission order.
     """
     finishes: list[JobFinish] = _events(history.finishes, JobFinish)
     starts: list[JobStart] = _events(history.starts, JobStart)
     subs: list[Submission] = _events(history.submissions, Submission)
     measured = {f.attempt_id: f for f in finishes if f.throughput is not None}
-
-    # Merge by time; at equal times outcomes are applied before the submission reads them.
-    times = np.concatenate([[f.event_time for f in finishes], [s.event_time for s in starts],
-                            [s.event_time for s in subs]])
-    kinds = np.concatenate([np.zeros(len(finishes)), np.ones(len(starts)), np.full(len(subs), 2)])
-    index = np.concatenate([np.arange(len(finishes)), np.arange(len(starts)), np.arange(len(subs))])
-    order = np.lexsort((kinds, times))
-
-    rng = np.random.default_rng(seed)
+    sample = _CandidateSample(subs, measured, full_from, full_per_day, seed)
     state = OfflineFeatureState(catalogue.canonical)
-    row_list: list[dict[str, Any]] = []
-    y: list[float] = []
-    t_sub: list[float] = []
-    t_fin: list[float] = []
-    aid: list[str] = []
-    jobs: list[str] = []
-    hw: list[str] = []
-    nacc: list[int] = []
-    full: dict[int, tuple[Submission, Rows]] = {}
-
-    def wants_full(sub: Submission) -> bool:
-        return full_from is not None and sub.event_time >= full_from and len(sub.candidates) > 1
-
-    # Selection sampling (Knuth's algorithm S): exactly min(full_per_day, eligible) per day.
-    eligible: dict[int, int] = {}
-    seen: dict[int, int] = {}
-    taken: dict[int, int] = {}
-    for s in subs:
-        if wants_full(s) and s.attempt_id in measured:
-            d = int(s.event_time // DAY)
-            eligible[d] = eligible.get(d, 0) + 1
-
-    if until is not None:
-        order = order[times[order] < until]
-    for k in order.tolist():
-        kind, i = kinds[k], int(index[k])
-        if kind == 0:
+    out = _ExampleColumns()
+    for kind, i in _replay_order(finishes, starts, subs, until):
+        if kind == _FINISH:
             state.apply_finish(finishes[i])
-        elif kind == 1:
+        elif kind == _START:
             state.apply_start(starts[i])
         else:
             sub = subs[i]
@@ -193,26 +170,111 @@ def build_examples(
             done = measured.get(sub.attempt_id)
             if done is None or done.throughput is None:
                 continue
+            # The state holds only events before this submission, never this attempt's outcome.
             snap = state.snapshot(sub)
-            row_list.extend(row_dicts(sub, snap, (done.hardware,), catalogue))
-            n = len(y)
-            y.append(done.throughput / done.num_accelerators)
-            t_sub.append(sub.event_time)
-            t_fin.append(done.event_time)
-            aid.append(sub.attempt_id)
-            jobs.append(sub.job_key)
-            hw.append(done.hardware)
-            nacc.append(sub.num_accelerators)
-            if wants_full(sub):
-                d = int(sub.event_time // DAY)
-                left = eligible[d] - seen.get(d, 0)
-                if rng.random() * left < full_per_day - taken.get(d, 0):
-                    full[n] = (sub, build_rows(sub, snap, sub.candidates, catalogue))
-                    taken[d] = taken.get(d, 0) + 1
-                seen[d] = seen.get(d, 0) + 1
-    return Examples(
-        rows=to_columns(row_list), y=np.array(y), submit_time=np.array(t_sub), finish_time=np.array(t_fin),
-        attempt_id=np.array(aid, dtype=object), job_key=np.array(jobs, dtype=object),
-        hardware=np.array(hw, dtype=object),
-        num_accelerators=np.array(nacc, dtype=np.float64), full=full,
-    )
+            n = out.add(sub, done, row_dicts(sub, snap, (done.hardware,), catalogue))
+            if sample.wants(sub) and sample.take(sub):
+                out.full[n] = (sub, build_rows(sub, snap, sub.candidates, catalogue))
+    return out.examples()
+
+
+def build_examples_with_progress(history: History, catalogue: Catalogue, progress: Any, **options: Any) -> Examples:
+    """:func:`build_examples`, announced first on ``progress`` (anything with ``print``; None: quiet).
+
+    Building the rows is the slow step of a backtest or a drivers report, so it says so.
+    """
+    if progress is not None:
+        progress.print(f"building point-in-time rows for {history.submissions.num_rows} submissions ...")
+    return build_examples(history, catalogue, **options)
+
+
+# Event kinds in replay order: at equal times outcomes are applied before a submission reads them.
+_FINISH, _START, _SUBMISSION = 0, 1, 2
+
+
+def _replay_order(finishes: list[JobFinish], starts: list[JobStart], subs: list[Submission],
+                  until: float | None) -> list[tuple[int, int]]:
+    """``(kind, index in its list)`` of every event before ``until``, merged by time."""
+    times = np.concatenate([[f.event_time for f in finishes], [s.event_time for s in starts],
+                            [s.event_time for s in subs]])
+    kinds = np.concatenate([np.full(len(finishes), _FINISH), np.full(len(starts), _START),
+                            np.full(len(subs), _SUBMISSION)])
+    index = np.concatenate([np.arange(len(finishes)), np.arange(len(starts)), np.arange(len(subs))])
+    order = np.lexsort((kinds, times))
+    if until is not None:
+        order = order[times[order] < until]
+    return list(zip(kinds[order].tolist(), index[order].tolist(), strict=True))
+
+
+class _CandidateSample:
+    """Which submissions also get every candidate's rows: ``min(per_day, eligible)`` each day.
+
+    Selection sampling (Knuth's algorithm S): the eligible submissions of each day are counted
+    up front, so every eligible one is taken with probability (still needed) / (still to come)
+    and each day ends with exactly the sample size, whatever the replay order within it.
+    """
+
+    def __init__(self, subs: list[Submission], measured: dict[str, JobFinish], full_from: float | None,
+                 per_day: int, seed: int) -> None:
+        self.full_from = full_from
+        self.per_day = per_day
+        self.rng = np.random.default_rng(seed)
+        self.eligible: dict[int, int] = {}
+        self.seen: dict[int, int] = {}
+        self.taken: dict[int, int] = {}
+        for s in subs:
+            if self.wants(s) and s.attempt_id in measured:
+                d = int(s.event_time // DAY)
+                self.eligible[d] = self.eligible.get(d, 0) + 1
+
+    def wants(self, sub: Submission) -> bool:
+        """Whether ``sub`` is eligible: late enough, with more than one candidate to rank."""
+        return self.full_from is not None and sub.event_time >= self.full_from and len(sub.candidates) > 1
+
+    def take(self, sub: Submission) -> bool:
+        """Whether the eligible ``sub`` is in the sample (call once per eligible submission)."""
+        d = int(sub.event_time // DAY)
+        left = self.eligible[d] - self.seen.get(d, 0)
+        chosen = bool(self.rng.random() * left < self.per_day - self.taken.get(d, 0))
+        if chosen:
+            self.taken[d] = self.taken.get(d, 0) + 1
+        self.seen[d] = self.seen.get(d, 0) + 1
+        return chosen
+
+
+@dataclass
+class _ExampleColumns:
+    """The examples built so far, column by column (see :class:`Examples`)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    y: list[float] = field(default_factory=list)
+    submit_time: list[float] = field(default_factory=list)
+    finish_time: list[float] = field(default_factory=list)
+    attempt_id: list[str] = field(default_factory=list)
+    job_key: list[str] = field(default_factory=list)
+    hardware: list[str] = field(default_factory=list)
+    num_accelerators: list[int] = field(default_factory=list)
+    full: dict[int, tuple[Submission, Rows]] = field(default_factory=dict)
+
+    def add(self, sub: Submission, done: JobFinish, rows: list[dict[str, Any]]) -> int:
+        """Append the example of ``sub``, measured by ``done``; returns its index."""
+        assert done.throughput is not None
+        n = len(self.y)
+        self.rows.extend(rows)
+        self.y.append(done.throughput / done.num_accelerators)
+        self.submit_time.append(sub.event_time)
+        self.finish_time.append(done.event_time)
+        self.attempt_id.append(sub.attempt_id)
+        self.job_key.append(sub.job_key)
+        self.hardware.append(done.hardware)
+        self.num_accelerators.append(sub.num_accelerators)
+        return n
+
+    def examples(self) -> Examples:
+        """The columns as arrays (categorical ones as object arrays)."""
+        return Examples(
+            rows=to_columns(self.rows), y=np.array(self.y), submit_time=np.array(self.submit_time),
+            finish_time=np.array(self.finish_time), attempt_id=np.array(self.attempt_id, dtype=object),
+            job_key=np.array(self.job_key, dtype=object), hardware=np.array(self.hardware, dtype=object),
+            num_accelerators=np.array(self.num_accelerators, dtype=np.float64), full=self.full,
+        )

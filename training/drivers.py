@@ -31,9 +31,10 @@ import numpy as np
 
 from core.accuracy import summary
 from core.hardware import Catalogue, load_catalogue
-from predictor.models import LookupTable, PriorTransfer, ThroughputModel
-from training.dataset import DAY, Examples, History, build_examples, read_history
-from training.train import day_text, fit_model
+from predictor.models import BASELINES
+from training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
+from training.days import checked_first_test_day, day_text, submitted_on, training_mask
+from training.train import fit_model
 
 ALL_GROUPS = ("config", "hardware", "prior", "lookup")
 
@@ -48,7 +49,7 @@ class Variant:
     params: tuple[tuple[str, Any], ...] = ()
     window_days: int | None = None  # None: the report's default window
     cadence_days: int = 1
-    baseline: str | None = None
+    baseline: str | None = None  # a key of predictor.models.BASELINES
 
 
 def _groups(*drop: str) -> tuple[tuple[str, Any], ...]:
@@ -73,7 +74,6 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("lookup", "lookup table (baseline)", "baseline", baseline="lookup"),
     Variant("transfer", "prior transfer (baseline)", "baseline", baseline="transfer"),
 )
-BASELINES: dict[str, type[ThroughputModel]] = {"lookup": LookupTable, "transfer": PriorTransfer}
 
 
 @dataclass
@@ -95,12 +95,9 @@ def _init_worker(ex: Examples) -> None:
     _EX = ex
 
 
-def _day_rows(ex: Examples, day: float) -> Examples:
-    return ex.select((ex.submit_time >= day) & (ex.submit_time < day + DAY))
-
-
 def _train_rows(ex: Examples, day: float, window_days: int, max_rows: int | None) -> Examples:
-    mask = (ex.finish_time < day) & (ex.submit_time >= day - window_days * DAY)
+    """The night's training rows, sampled down to ``max_rows`` if there are more."""
+    mask = training_mask(ex, day, window_days)
     idx = np.flatnonzero(mask)
     if max_rows is not None and len(idx) > max_rows:
         # Seeded by the day alone: every variant with this window trains on the same sample.
@@ -119,7 +116,7 @@ def _run_fit(job: _Fit, max_rows: int | None) -> tuple[dict[float, float], int, 
     model = fit_model(train, {"num_threads": 1, **dict(job.params)})
     accs = {}
     for day in job.score_days:
-        test = _day_rows(_EX, day)
+        test = submitted_on(_EX, day)
         accs[day] = summary(model.predict(test.rows), test.y)["acc@10"]
     return accs, len(train), time.perf_counter() - t0
 
@@ -230,53 +227,64 @@ def drivers(
         "delta_sd", "per_day"}, ...], ...}``; ``per_day`` lists ``{"day", "acc@10", "delta"}``.
     """
     t0 = time.perf_counter()
-    known = {v.key: v for v in VARIANTS}
-    unknown = set(variants or ()) - set(known)
-    if unknown:
-        raise ValueError(f"unknown variants {sorted(unknown)}; known: {sorted(known)}")
-    chosen = [v for v in VARIANTS if variants is None or v.key in variants or v.key == "default"]
-    if examples is None:
-        history = read_history(history_dir, with_oracle=False)
-        if progress is not None:
-            progress.print(f"building point-in-time rows for {history.submissions.num_rows} submissions ...")
-        ex = build_examples(history, catalogue or load_catalogue())
-    else:
-        history, ex = examples
-    first_test = history.last_day - (days - 1) * DAY
-    if first_test - history.first_day < 2 * DAY:
-        raise ValueError(f"the history has {int((history.last_day - history.first_day) / DAY) + 1} days: "
-                         f"too short for {days} test days after at least 2 days of training")
+    chosen = _chosen_variants(variants)
+    history, ex = _history_examples(history_dir, catalogue, progress, examples)
+    first_test = checked_first_test_day(history, days)
     test_days = [first_test + d * DAY for d in range(days)]
     fits = _plan(chosen, test_days, window_days)
     if progress is not None:
         progress.print(f"{len(ex)} examples; {len(fits)} fits for {len(chosen)} variants over {days} days")
     accs = _run_all(fits, ex, max_train_rows, jobs, progress)
-
-    per_variant: dict[str, list[float]] = {}
-    for v in chosen:
-        if v.baseline is not None:
-            model = BASELINES[v.baseline]()
-            per_variant[v.key] = [summary(model.predict(t.rows), t.y)["acc@10"]
-                                  for t in (_day_rows(ex, d) for d in test_days)]
-        else:
-            per_variant[v.key] = [accs[_fit_key(v, i, test_days, window_days)][d] for i, d in enumerate(test_days)]
+    per_variant = {v.key: _variant_accuracy(v, accs, ex, test_days, window_days) for v in chosen}
     base = np.array(per_variant["default"])
-    rows = []
-    for v in chosen:
-        acc = np.array(per_variant[v.key])
-        delta = acc - base
-        rows.append({
-            "key": v.key, "name": _window_name(v, test_days[0], test_days[-1], history.first_day),
-            "group": v.group, "acc@10": float(acc.mean()), "delta": float(delta.mean()),
-            "delta_sd": float(delta.std(ddof=1)) if len(delta) > 1 else 0.0,
-            "per_day": [{"day": day_text(d), "acc@10": float(a), "delta": float(x)}
-                        for d, a, x in zip(test_days, acc, delta, strict=True)],
-        })
+    rows = [_report_row(v, np.array(per_variant[v.key]), base, test_days, history.first_day) for v in chosen]
     return {
         "days": days, "baseline_acc@10": float(base.mean()), "window_days": window_days,
         "max_train_rows": max_train_rows, "examples": len(ex), "fits": len(fits),
         "test_days": [day_text(d) for d in test_days], "data_hash": history.digest,
         "elapsed_s": round(time.perf_counter() - t0, 1), "variants": rows,
+    }
+
+
+def _history_examples(history_dir: Path, catalogue: Catalogue | None, progress: Any,
+                      examples: tuple[History, Examples] | None) -> tuple[History, Examples]:
+    """The history and its examples; rows are built unless given."""
+    if examples is not None:
+        return examples
+    # Without the oracle table: the report scores models against measurements only.
+    history = read_history(history_dir, with_oracle=False)
+    return history, build_examples_with_progress(history, catalogue or load_catalogue(), progress)
+
+
+def _chosen_variants(keys: Sequence[str] | None) -> list[Variant]:
+    """The variants named by ``keys`` and the default, in :data:`VARIANTS` order; all for None."""
+    known = {v.key: v for v in VARIANTS}
+    unknown = set(keys or ()) - set(known)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; known: {sorted(known)}")
+    return [v for v in VARIANTS if keys is None or v.key in keys or v.key == "default"]
+
+
+def _variant_accuracy(v: Variant, accs: dict[tuple[Any, ...], dict[float, float]], ex: Examples,
+                      test_days: list[float], window_days: int) -> list[float]:
+    """acc@10 of variant ``v`` on each test day: a baseline's own, or that of the fit serving the day."""
+    if v.baseline is not None:
+        model = BASELINES[v.baseline]()
+        return [summary(model.predict(t.rows), t.y)["acc@10"] for t in (submitted_on(ex, d) for d in test_days)]
+    return [accs[_fit_key(v, i, test_days, window_days)][d] for i, d in enumerate(test_days)]
+
+
+def _report_row(v: Variant, acc: np.ndarray, base: np.ndarray, test_days: list[float],
+                first_day: float) -> dict[str, Any]:
+    """A variant's line of the report: mean acc@10, its change against the default and the spread."""
+    delta = acc - base
+    return {
+        "key": v.key, "name": _window_name(v, test_days[0], test_days[-1], first_day),
+        "group": v.group, "acc@10": float(acc.mean()), "delta": float(delta.mean()),
+        # The spread across days says whether a change is larger than day-to-day noise.
+        "delta_sd": float(delta.std(ddof=1)) if len(delta) > 1 else 0.0,
+        "per_day": [{"day": day_text(d), "acc@10": float(a), "delta": float(x)}
+                    for d, a, x in zip(test_days, acc, delta, strict=True)],
     }
 
 

@@ -21,7 +21,8 @@ from core.settings import Settings
 from predictor.registry import Registry
 from streams.events import ModelAnnouncement
 from training.dataset import DAY
-from training.train import day_text, not_worse, train
+from training.days import day_text
+from training.train import not_worse, train
 
 log = logging.getLogger("leap.nightly")
 

@@ -9,7 +9,6 @@ worse on acc@10.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,22 +19,10 @@ import numpy as np
 from core.accuracy import summary
 from core.hardware import Catalogue, load_catalogue
 from predictor.lgbm import LightGBMThroughput
-from predictor.models import LookupTable, PriorTransfer, ThroughputModel
+from predictor.models import BASELINES, ThroughputModel
 from predictor.registry import ModelRecord, Registry
 from training.dataset import DAY, Examples, History, build_examples, read_history
-
-
-def parse_day(text: str) -> float:
-    """``YYYY-MM-DD`` (UTC) to Unix seconds at midnight."""
-    try:
-        day = dt.datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=dt.UTC)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a date in YYYY-MM-DD form") from None
-    return day.timestamp()
-
-
-def day_text(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%d")
+from training.days import day_text, parse_day, training_rows
 
 
 @dataclass
@@ -50,7 +37,7 @@ class Split:
 def split(ex: Examples, as_of: float, window_days: float) -> Split:
     holdout_day = as_of - DAY
     train_from = holdout_day - window_days * DAY
-    train = ex.select((ex.finish_time < holdout_day) & (ex.submit_time >= train_from))
+    train = training_rows(ex, holdout_day, window_days)
     holdout = ex.select((ex.submit_time >= holdout_day) & (ex.submit_time < as_of) & (ex.finish_time < as_of))
     return Split(train, holdout, train_from, holdout_day, as_of)
 
@@ -61,6 +48,14 @@ def score(model: ThroughputModel, ex: Examples) -> dict[str, float]:
 
 def fit_model(train: Examples, params: dict[str, Any] | None = None) -> LightGBMThroughput:
     return LightGBMThroughput(**(params or {})).fit(train.rows, train.y, train.job_key)
+
+
+def baseline_models() -> dict[str, ThroughputModel]:
+    """One instance of each baseline of :data:`predictor.models.BASELINES`, by name.
+
+    The baselines learn nothing: they read the lookup medians and priors in the rows.
+    """
+    return {name: cls() for name, cls in BASELINES.items()}
 
 
 def load_examples(history_dir: Path, catalogue: Catalogue, as_of: float | None, window_days: float
@@ -93,11 +88,8 @@ def train(
     t1 = time.time()
     model = fit_model(sp.train, params)
     t_fit = time.time() - t1
-    metrics = {
-        "lightgbm": score(model, sp.holdout),
-        "lookup": score(LookupTable(), sp.holdout),
-        "transfer": score(PriorTransfer(), sp.holdout),
-    }
+    metrics = {"lightgbm": score(model, sp.holdout),
+               **{name: score(baseline, sp.holdout) for name, baseline in baseline_models().items()}}
     metadata = {
         "training_window": {"from": day_text(sp.train_from), "to": day_text(sp.holdout_day),
                             "rows": len(sp.train)},
