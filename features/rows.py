@@ -3,11 +3,16 @@
 Serving (the predictor agent) and training (``leap train``, backtests) both call
 :func:`build_rows`; nothing else builds a model row. Targets and predictions are
 **per-accelerator** throughput (samples/s per accelerator); multiply by ``num_accelerators``.
+A model that re-evaluates rows on another hardware type (the base model, on the job's prior
+hardware) swaps the hardware in with :func:`with_hardware`, which derives the columns that
+depend on it the way :func:`to_columns` does.
 
 Columns, by group (the drivers report ablates the groups):
 
 - ``config``: the job's training configuration;
-- ``hardware``: the candidate's identity and catalogue specs;
+- ``hardware``: the candidate's identity and catalogue specs (:data:`HARDWARE_COLUMNS`), the
+  job's roofline on it (:data:`DERIVED_COLUMNS`, :mod:`features.roofline`) and its specs
+  relative to the job's prior hardware (:data:`PAIR_COLUMNS`);
 - ``prior``: the job's own measured throughput, on the candidate and on other hardware;
 - ``lookup``: model-type and family medians per hardware (the lookup table's knowledge).
 """
@@ -21,26 +26,33 @@ from typing import Any
 import numpy as np
 
 from core.hardware import SPEC_FEATURES, Catalogue, HardwareType
+from features.roofline import ROOFLINE_COLUMNS, roofline_columns, roofline_log
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams.events import PRECISIONS, Submission
 
-#: Fraction of peak FLOP/s a typical training job reaches; only scales the cold-start estimate.
-ROOFLINE_MFU = 0.35
 NAN = float("nan")
 
 CATEGORICAL: tuple[str, ...] = ("hardware", "vendor", "model_type", "family", "framework", "prior_hw")
+
+#: What a hardware type brings on its own: its identity and catalogue specs. Everything else
+#: about the candidate is derived from these and the configuration (:data:`DERIVED_COLUMNS`) or
+#: compares it with the job's prior hardware (:data:`PAIR_COLUMNS`).
+HARDWARE_COLUMNS: tuple[str, ...] = (
+    "hardware", "vendor", *SPEC_FEATURES, "peak_fp32_tflops", "scale_out_gbps", "node_size", "fp8",
+)
+#: Columns that combine the configuration with the candidate's specs: the cold-start estimate and
+#: the public-spec roofline of one step (:mod:`features.roofline`). Computed for a whole batch by
+#: :func:`to_columns` and :func:`with_hardware`, never per row.
+DERIVED_COLUMNS: tuple[str, ...] = ("log_roofline", *ROOFLINE_COLUMNS)
+#: The candidate's specs relative to the job's most-observed other hardware.
+PAIR_COLUMNS: tuple[str, ...] = ("spec_ratio_peak", "spec_ratio_bw")
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "config": (
         "log_params", "log_batch", "log_seq", "log_accelerators", "data_parallel", "tensor_parallel",
         "pipeline_parallel", "precision_bits", "log_flops_per_sample", "model_type", "family", "framework",
     ),
-    "hardware": (
-        "hardware", "vendor", *SPEC_FEATURES, "peak_fp32_tflops", "scale_out_gbps", "node_size", "fp8",
-        "log_roofline", "log_peak_at_precision",
-        "log_step_compute", "log_step_memory", "log_step_comm", "log_step_estimate", "log_roofline_step",
-        "spec_ratio_peak", "spec_ratio_bw",
-    ),
+    "hardware": (*HARDWARE_COLUMNS, *DERIVED_COLUMNS, *PAIR_COLUMNS),
     "prior": (
         "prior_same_log", "prior_same_last_log", "prior_same_n", "prior_same_age_h",
         "prior_other_log", "prior_other_n", "prior_other_age_h", "prior_hw", "prior_any_n",
@@ -52,13 +64,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
 }
 COLUMNS: tuple[str, ...] = tuple(c for cols in GROUPS.values() for c in cols)
-#: Columns that combine the configuration with the candidate's specs: a public-spec roofline of
-#: one training step per accelerator. Computed for a whole batch in :func:`to_columns` (and again
-#: by a model that swaps in another hardware type's specs), never per row.
-ROOFLINE_COLUMNS: tuple[str, ...] = (
-    "log_peak_at_precision", "log_step_compute", "log_step_memory", "log_step_comm", "log_step_estimate",
-    "log_roofline_step",
-)
 
 _PRECISION_BITS = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
 assert set(_PRECISION_BITS) == set(PRECISIONS)
@@ -90,50 +95,86 @@ def _lookup_log(table: dict[str, LookupStat], hw: str) -> float:
     return _log(stat.median) if stat is not None else NAN
 
 
-def roofline_log(peak_tflops: np.ndarray | np.float64, log_flops_per_sample: np.ndarray | np.float64) -> np.ndarray:
-    """Log samples/s per accelerator at :data:`ROOFLINE_MFU` of peak: the cold-start estimate."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray(np.log(peak_tflops * 1e12 * ROOFLINE_MFU) - log_flops_per_sample)
-
-
-def roofline_columns(rows: Rows) -> Rows:
-    """A roofline of one training step per accelerator from the configuration and public specs.
-
-    Seconds per step: compute ``6 x params x seq`` FLOPs per sample at the peak for the job's
-    precision (the fp32/TF32 rate for fp32 and tf32 jobs, twice the bf16 rate for fp8 jobs on
-    parts with FP8 math); memory: ~16 bytes of weight, gradient and optimizer traffic per
-    locally held parameter; communication: a ring all-reduce of 16-bit gradients when
-    data-parallel, over the scale-up link within one domain and the scale-out network beyond.
-    Trees read these as the regime (compute-, memory- or communication-bound) a job is in on
-    each hardware type, which decides how its speed moves between types. NaN where a spec is
-    unknown.
-    """
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        params, batch, seq, n = (np.exp(rows[c]) for c in ("log_params", "log_batch", "log_seq", "log_accelerators"))
-        dp, tp, pp = rows["data_parallel"], rows["tensor_parallel"], rows["pipeline_parallel"]
-        bits = rows["precision_bits"]
-        peak = np.where(bits >= 19.0, rows["peak_fp32_tflops"], rows["peak_tflops"])
-        peak = np.where((bits == 8.0) & (rows["fp8"] == 1.0), 2.0 * peak, peak) * 1e12
-        local_params = params / (tp * pp)
-        compute = 6.0 * params * seq * (batch / n) / peak
-        memory = 16.0 * local_params / (rows["memory_bw_gbps"] * 1e9)
-        # The scale-up link is quoted for both directions; the scale-out network for one.
-        link = np.where(n <= rows["node_size"], rows["interconnect_gbps"] * 0.5, rows["scale_out_gbps"]) * 1e9
-        comm = np.where(dp > 1, 2.0 * (dp - 1.0) / dp * 2.0 * local_params / link, 0.0)
-        step = compute + memory + comm
-        return {
-            "log_peak_at_precision": np.log(peak / 1e12),
-            "log_step_compute": np.log(compute),
-            "log_step_memory": np.log(memory),
-            "log_step_comm": np.where(dp > 1, np.log(comm), np.nan),
-            "log_step_estimate": np.log(step),
-            "log_roofline_step": np.log(batch / n) - np.log(step),
-        }
-
-
 def flops_per_sample(sub: Submission) -> float:
     """Training FLOPs per sample, ~6 x parameters x tokens (input size for non-token models)."""
     return 6.0 * sub.params * sub.seq_len
+
+
+# ---------------------------------------------------------------------- columns of a whole batch
+
+
+def _derive(rows: Rows) -> Rows:
+    """:data:`DERIVED_COLUMNS` from the configuration and hardware columns of a batch."""
+    return {
+        "log_roofline": roofline_log(rows["peak_tflops"], rows["log_flops_per_sample"]),
+        **roofline_columns(rows),
+    }
+
+
+def to_columns(rows: Sequence[dict[str, Any]]) -> Rows:
+    """Row dicts (from :func:`row_dicts`) to columns, with the derived columns added.
+
+    Object arrays for :data:`CATEGORICAL`, float64 otherwise; :data:`DERIVED_COLUMNS` are
+    computed for the whole batch at once, by the same step as :func:`with_hardware`'s.
+    """
+    cols = {
+        c: np.array([r[c] for r in rows], dtype=object if c in CATEGORICAL else np.float64)
+        for c in COLUMNS if c not in DERIVED_COLUMNS
+    }
+    cols.update(_derive(cols))
+    return {c: cols[c] for c in COLUMNS}
+
+
+def hardware_table(rows: Rows) -> dict[str, dict[str, Any]]:
+    """:data:`HARDWARE_COLUMNS` of every hardware type in ``rows``, by name (first row of each).
+
+    What a model keeps to re-evaluate rows on another hardware type with :func:`with_hardware`.
+    """
+    names, first = np.unique(rows["hardware"].astype(str), return_index=True)
+    order = np.argsort(first, kind="stable")  # in order of appearance, as the rows list them
+    return {str(names[k]): {c: rows[c][first[k]] for c in HARDWARE_COLUMNS} for k in order}
+
+
+def with_hardware(rows: Rows, table: dict[str, dict[str, Any]], names: np.ndarray) -> Rows:
+    """The same rows on other hardware: each row's hardware columns swapped for ``names[i]``'s.
+
+    Puts :data:`HARDWARE_COLUMNS` from ``table`` into the rows and recomputes
+    :data:`DERIVED_COLUMNS` (the cold-start estimate and the roofline), the way
+    :func:`to_columns` computes them. :data:`PAIR_COLUMNS` and the ``prior`` and ``lookup``
+    groups come from the job's history on the rows' original hardware, which columns alone
+    cannot redo: they are left as they were, so only the ``config`` and ``hardware`` columns
+    (less the pair columns) of the result describe the new hardware.
+
+    Parameters
+    ----------
+    rows
+        Model rows.
+    table
+        Hardware columns by name, e.g. from :func:`hardware_table`.
+    names
+        Hardware for each row; every name must be in ``table``.
+
+    Returns
+    -------
+    Rows
+        New rows; ``rows`` is not modified.
+
+    Raises
+    ------
+    KeyError
+        A name not in ``table``.
+    """
+    # One table lookup per distinct name: a serving batch asks for few hardware types.
+    distinct, inverse = np.unique(np.asarray(names).astype(str), return_inverse=True)
+    out = dict(rows)
+    for col in HARDWARE_COLUMNS:
+        values = np.array([table[h][col] for h in distinct], dtype=object if col in CATEGORICAL else np.float64)
+        out[col] = values[inverse.ravel()]
+    out.update(_derive(out))
+    return out
+
+
+# ---------------------------------------------------------------------- one submission's rows
 
 
 def build_rows(
@@ -145,17 +186,6 @@ def build_rows(
 ) -> Rows:
     """Model rows for one submission, one per candidate, as columns (see :func:`row_dicts`)."""
     return to_columns(row_dicts(sub, snap, candidates, catalogue, now))
-
-
-def to_columns(rows: Sequence[dict[str, Any]]) -> Rows:
-    """Row dicts to columns: object arrays for :data:`CATEGORICAL`, float64 otherwise, plus
-    :data:`ROOFLINE_COLUMNS` computed for the whole batch at once."""
-    cols = {
-        c: np.array([r[c] for r in rows], dtype=object if c in CATEGORICAL else np.float64)
-        for c in COLUMNS if c not in ROOFLINE_COLUMNS
-    }
-    cols.update(roofline_columns(cols))
-    return {c: cols[c] for c in COLUMNS}
 
 
 def row_dicts(
@@ -180,11 +210,28 @@ def row_dicts(
 
     Returns
     -------
-    One dict per candidate with every column of :data:`COLUMNS` except :data:`ROOFLINE_COLUMNS`,
+    One dict per candidate with every column of :data:`COLUMNS` except :data:`DERIVED_COLUMNS`,
     which :func:`to_columns` adds.
     """
     now = sub.event_time if now is None else now
-    base: dict[str, Any] = {
+    config = _config_columns(sub, snap)
+    out: list[dict[str, Any]] = []
+    for name in candidates:
+        row = {**config, **hardware_columns(name, catalogue)}
+        hw = row["hardware"]
+        same = snap.prior.get(hw)
+        row.update(_same_columns(same, now))
+        row.update(_other_columns(snap, row, catalogue, now))
+        row.update(_lookup_columns(snap, hw))
+        if same is not None:
+            row["transfer_log"] = row["prior_same_log"]  # the job's own speed here beats any transfer
+        out.append(row)
+    return out
+
+
+def _config_columns(sub: Submission, snap: FeatureSnapshot) -> dict[str, Any]:
+    """The columns every candidate of a submission shares: its configuration and attempt counts."""
+    return {
         "log_params": math.log(sub.params),
         "log_batch": math.log(sub.global_batch_size),
         "log_seq": math.log(sub.seq_len),
@@ -202,64 +249,78 @@ def row_dicts(
         "failed": float(snap.failed),
         "preempted": float(snap.preempted),
     }
-    out: list[dict[str, Any]] = []
-    for name in candidates:
-        hw_type = catalogue.resolve(name)
-        hw = hw_type.name if hw_type is not None else name
-        row = dict(base)
-        row["hardware"] = hw
-        row["vendor"] = hw_type.vendor if hw_type is not None else "unknown"
-        for spec in SPEC_FEATURES:
-            row[spec] = _spec(hw_type, spec)
-        row["peak_fp32_tflops"] = _spec(hw_type, "peak_fp32_tflops") or NAN  # 0: not in the catalogue
-        row["scale_out_gbps"] = _spec(hw_type, "scale_out_gbps")
-        row["node_size"] = _spec(hw_type, "node_size")
-        row["fp8"] = _spec(hw_type, "fp8")
-        peak = _spec(hw_type, "peak_tflops")
-        row["log_roofline"] = float(roofline_log(np.float64(peak), np.float64(base["log_flops_per_sample"])))
 
-        same = snap.prior.get(hw)
-        row["prior_same_log"] = _log(same.robust) if same else NAN
-        row["prior_same_last_log"] = _log(same.last) if same else NAN
-        row["prior_same_n"] = float(same.n) if same else 0.0
-        row["prior_same_age_h"] = (now - same.last_time) / 3600.0 if same else NAN
 
-        other = _most_informative(snap.prior, hw)
-        lookup_model_log = _lookup_log(snap.lookup_model, hw)
-        lookup_family_log = _lookup_log(snap.lookup_family, hw)
-        if other is not None:
-            other_hw, other_stat = other
-            other_type = catalogue.resolve(other_hw)
-            row["prior_other_log"] = _log(other_stat.robust)
-            row["prior_other_n"] = float(other_stat.n)
-            row["prior_other_age_h"] = (now - other_stat.last_time) / 3600.0
-            row["prior_hw"] = other_hw
-            row["spec_ratio_peak"] = _log(peak / _spec(other_type, "peak_tflops"))
-            row["spec_ratio_bw"] = _log(_spec(hw_type, "memory_bw_gbps") / _spec(other_type, "memory_bw_gbps"))
-            row["lookup_model_prior_hw_log"] = _lookup_log(snap.lookup_model, other_hw)
-            # Transfer: the job's speed elsewhere times how much faster its model type (else
-            # family, else raw peak FLOP/s) runs here than there.
-            ratio = lookup_model_log - row["lookup_model_prior_hw_log"]
-            if math.isnan(ratio):
-                ratio = lookup_family_log - _lookup_log(snap.lookup_family, other_hw)
-            if math.isnan(ratio):
-                ratio = row["spec_ratio_peak"]
-            row["transfer_log"] = row["prior_other_log"] + ratio
-        else:
-            for c in ("prior_other_log", "prior_other_age_h", "spec_ratio_peak", "spec_ratio_bw",
-                      "lookup_model_prior_hw_log", "transfer_log"):
-                row[c] = NAN
-            row["prior_other_n"] = 0.0
-            row["prior_hw"] = "none"
-        if same is not None:
-            row["transfer_log"] = row["prior_same_log"]
+def hardware_columns(name: str, catalogue: Catalogue) -> dict[str, Any]:
+    """:data:`HARDWARE_COLUMNS` of one candidate: its canonical name, vendor and specs.
 
-        row["lookup_model_log"] = lookup_model_log
-        row["lookup_model_n"] = float(snap.lookup_model[hw].n) if hw in snap.lookup_model else 0.0
-        row["lookup_family_log"] = lookup_family_log
-        row["lookup_family_n"] = float(snap.lookup_family[hw].n) if hw in snap.lookup_family else 0.0
-        out.append(row)
-    return out
+    A name the catalogue does not know keeps its spelling, with vendor ``unknown`` and NaN specs.
+    """
+    hw_type = catalogue.resolve(name)
+    cols: dict[str, Any] = {
+        "hardware": hw_type.name if hw_type is not None else name,
+        "vendor": hw_type.vendor if hw_type is not None else "unknown",
+    }
+    for spec in SPEC_FEATURES:
+        cols[spec] = _spec(hw_type, spec)
+    cols["peak_fp32_tflops"] = _spec(hw_type, "peak_fp32_tflops") or NAN  # 0: not in the catalogue
+    for spec in ("scale_out_gbps", "node_size", "fp8"):
+        cols[spec] = _spec(hw_type, spec)
+    return cols
+
+
+def _same_columns(same: PriorStat | None, now: float) -> dict[str, Any]:
+    """The job's own history on the candidate."""
+    return {
+        "prior_same_log": _log(same.robust) if same else NAN,
+        "prior_same_last_log": _log(same.last) if same else NAN,
+        "prior_same_n": float(same.n) if same else 0.0,
+        "prior_same_age_h": (now - same.last_time) / 3600.0 if same else NAN,
+    }
+
+
+def _other_columns(snap: FeatureSnapshot, row: dict[str, Any], catalogue: Catalogue, now: float) -> dict[str, Any]:
+    """The job's history on its most-observed other hardware, transferred to the candidate.
+
+    ``row`` holds the candidate's :data:`HARDWARE_COLUMNS`.
+    """
+    hw = row["hardware"]
+    other = _most_informative(snap.prior, hw)
+    if other is None:
+        return {
+            "prior_other_log": NAN, "prior_other_n": 0.0, "prior_other_age_h": NAN, "prior_hw": "none",
+            "spec_ratio_peak": NAN, "spec_ratio_bw": NAN, "lookup_model_prior_hw_log": NAN, "transfer_log": NAN,
+        }
+    other_hw, other_stat = other
+    other_type = catalogue.resolve(other_hw)
+    cols: dict[str, Any] = {
+        "prior_other_log": _log(other_stat.robust),
+        "prior_other_n": float(other_stat.n),
+        "prior_other_age_h": (now - other_stat.last_time) / 3600.0,
+        "prior_hw": other_hw,
+        "spec_ratio_peak": _log(row["peak_tflops"] / _spec(other_type, "peak_tflops")),
+        "spec_ratio_bw": _log(row["memory_bw_gbps"] / _spec(other_type, "memory_bw_gbps")),
+        "lookup_model_prior_hw_log": _lookup_log(snap.lookup_model, other_hw),
+    }
+    # Transfer: the job's speed elsewhere times how much faster its model type (else family,
+    # else raw peak FLOP/s) runs here than there.
+    ratio = _lookup_log(snap.lookup_model, hw) - cols["lookup_model_prior_hw_log"]
+    if math.isnan(ratio):
+        ratio = _lookup_log(snap.lookup_family, hw) - _lookup_log(snap.lookup_family, other_hw)
+    if math.isnan(ratio):
+        ratio = cols["spec_ratio_peak"]
+    cols["transfer_log"] = cols["prior_other_log"] + ratio
+    return cols
+
+
+def _lookup_columns(snap: FeatureSnapshot, hw: str) -> dict[str, Any]:
+    """Model-type and family medians on the candidate."""
+    return {
+        "lookup_model_log": _lookup_log(snap.lookup_model, hw),
+        "lookup_model_n": float(snap.lookup_model[hw].n) if hw in snap.lookup_model else 0.0,
+        "lookup_family_log": _lookup_log(snap.lookup_family, hw),
+        "lookup_family_n": float(snap.lookup_family[hw].n) if hw in snap.lookup_family else 0.0,
+    }
 
 
 def concat_rows(parts: Sequence[Rows]) -> Rows:

@@ -1,6 +1,6 @@
 """A roofline of one training step whose efficiencies are learned from measured throughput.
 
-The public-spec roofline (:func:`features.rows.roofline_columns`) assumes the same share of
+The public-spec roofline (:func:`features.roofline.roofline_columns`) assumes the same share of
 peak for every job on every part. Real parts reach different shares (older kernels, software
 maturity per vendor and workload family), and model types differ in how much of a step is
 spent on matrix math, on memory traffic, on communication and on the host. Trees read those
@@ -13,7 +13,8 @@ This model keeps the roofline's form and fits its constants. Seconds per step pe
 
     t = \\sum_k e^{\\theta_{m,k} + \\phi_k} x_k
 
-with terms ``x_k`` from the configuration and the candidate's public specs (:data:`TERMS`),
+with terms ``x_k`` from the configuration and the candidate's public specs
+(:func:`features.roofline.step_terms`, one per :data:`TERMS`),
 ``theta`` per model type and term, and efficiencies ``phi``: matrix math per
 (hardware, family), memory per hardware, fixed per-step cost per vendor. Log throughput per
 accelerator is ``log(batch / accelerators) - log(t)``. Fitted by Adam on the log error (clipped
@@ -30,37 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from features.roofline import TERMS, step_terms
 from features.rows import Rows
 
-#: The step-time terms, in seconds up to a constant the fit learns.
-TERMS: tuple[str, ...] = ("compute", "weights", "activations", "allreduce", "tensor", "host", "fixed")
-_COMPUTE, _WEIGHTS, _ACTIVATIONS, _FIXED = 0, 1, 2, 6
-
-
-def step_terms(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
-    """``(rows x TERMS)`` step-time terms and the per-accelerator batch.
-
-    compute, weights and all-reduce are the public-spec roofline's own terms; activations:
-    tokens (or input size) per accelerator over memory bandwidth; tensor: tokens per
-    tensor-parallel rank over the link that joins the ranks; host: samples per accelerator
-    (data loading does not speed up with the accelerator); fixed: one per step (launches).
-    """
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        per_acc = np.exp(rows["log_batch"] - rows["log_accelerators"])
-        tokens = per_acc * np.exp(rows["log_seq"])
-        bandwidth = rows["memory_bw_gbps"] * 1e9
-        tp = rows["tensor_parallel"]
-        link = np.where(tp <= rows["node_size"], rows["interconnect_gbps"] * 0.5, rows["scale_out_gbps"]) * 1e9
-        terms = np.column_stack([
-            np.exp(rows["log_step_compute"]),
-            np.exp(rows["log_step_memory"]),
-            tokens / bandwidth,
-            np.where(rows["data_parallel"] > 1, np.exp(rows["log_step_comm"]), 0.0),
-            np.where(tp > 1, tokens / tp / link, 0.0),
-            per_acc,
-            np.ones(len(per_acc)),
-        ])
-    return terms, per_acc
+# Columns of the terms that the per-part efficiencies scale.
+_COMPUTE, _WEIGHTS, _ACTIVATIONS, _FIXED = (TERMS.index(t) for t in ("compute", "weights", "activations", "fixed"))
 
 
 def _usable(terms: np.ndarray, per_acc: np.ndarray) -> np.ndarray:
@@ -136,52 +111,67 @@ class LearnedRoofline:
             Target per row; rows with a non-finite target or term are skipped.
         """
         terms, per_acc = step_terms(rows)
-        ok = _usable(terms, per_acc) & np.isfinite(log_throughput)
-        if not ok.any():
-            raise ValueError("no rows with finite terms and target to fit the roofline on")
-        if ok.sum() > self.max_rows:
-            keep = np.random.default_rng(self.seed).choice(np.flatnonzero(ok), self.max_rows, replace=False)
-            ok = np.zeros(len(ok), dtype=bool)
-            ok[keep] = True
+        ok = self._sample(_usable(terms, per_acc) & np.isfinite(log_throughput))
         rows = {c: v[ok] for c, v in rows.items()}
         terms, per_acc, target = terms[ok], per_acc[ok], np.log(per_acc[ok]) - log_throughput[ok]
         # Scale each term to a typical value of 1 so that one step size suits every parameter.
         self.scale_ = np.nan_to_num(np.nanmedian(np.where(terms > 0, terms, np.nan), axis=0), nan=1.0)
-        x = terms / self.scale_
+        codes = self._encode(rows)
+        params = self._initial(codes[0], target)
+        total = self._descend(params, codes, terms / self.scale_, target)
+        self.loss_ = float(np.mean((np.log(total) - target) ** 2))
+        theta, self.phi_compute_, self.phi_memory_, self.phi_fixed_ = params
+        self.theta_ = theta
+        families = rows["family"].astype(str)
+        self.family_theta_ = {
+            fam: np.median(theta[np.unique(codes[0][families == fam])], axis=0)
+            for fam in sorted(set(families.tolist()))
+        }
+        self._set_part_means()
+        return self
 
+    def _sample(self, ok: np.ndarray) -> np.ndarray:
+        """``ok``, or a random :attr:`max_rows` of its rows when it has more."""
+        if not ok.any():
+            raise ValueError("no rows with finite terms and target to fit the roofline on")
+        if ok.sum() <= self.max_rows:
+            return ok
+        keep = np.random.default_rng(self.seed).choice(np.flatnonzero(ok), self.max_rows, replace=False)
+        out = np.zeros(len(ok), dtype=bool)
+        out[keep] = True
+        return out
+
+    def _encode(self, rows: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Learn the vocabularies; codes of model type, (hardware, family), hardware and vendor."""
         self.model_types_ = _vocab(rows["model_type"])
         self.hardware_family_ = _vocab(_pair(rows["hardware"], rows["family"]))
         self.hardware_ = _vocab(rows["hardware"])
         self.vendors_ = _vocab(rows["vendor"])
-        m = _codes(rows["model_type"], self.model_types_)
-        hf = _codes(_pair(rows["hardware"], rows["family"]), self.hardware_family_)
-        h = _codes(rows["hardware"], self.hardware_)
-        v = _codes(rows["vendor"], self.vendors_)
+        return (
+            _codes(rows["model_type"], self.model_types_),
+            _codes(_pair(rows["hardware"], rows["family"]), self.hardware_family_),
+            _codes(rows["hardware"], self.hardware_),
+            _codes(rows["vendor"], self.vendors_),
+        )
 
+    def _initial(self, m: np.ndarray, target: np.ndarray) -> list[np.ndarray]:
+        """Starting ``[theta, phi_compute, phi_memory, phi_fixed]``: every term an equal share of
+        the model type's mean step time, every efficiency 1."""
         n_types, n_terms = len(self.model_types_), len(TERMS)
-        # Start with every term an equal share of the model type's mean step time.
         counts = np.bincount(m, minlength=n_types)
         mean_time = np.bincount(m, weights=target, minlength=n_types) / np.maximum(counts, 1)
         theta = np.repeat((mean_time - np.log(n_terms))[:, None], n_terms, axis=1)
-        phi_c = np.zeros(len(self.hardware_family_))
-        phi_m = np.zeros(len(self.hardware_))
-        phi_f = np.zeros(len(self.vendors_))
-        params = [theta, phi_c, phi_m, phi_f]
+        return [theta, np.zeros(len(self.hardware_family_)), np.zeros(len(self.hardware_)),
+                np.zeros(len(self.vendors_))]
+
+    def _descend(self, params: list[np.ndarray], codes: tuple[np.ndarray, ...], x: np.ndarray,
+                 target: np.ndarray) -> np.ndarray:
+        """Adam on ``params`` in place; the step time per row before the last update."""
         first = [np.zeros_like(p) for p in params]
         second = [np.zeros_like(p) for p in params]
-        n = len(target)
+        total = np.full(len(target), np.nan)
         for it in range(1, self.steps + 1):
-            weight = np.exp(self._log_weights(theta[m], phi_c[hf], phi_m[h], phi_f[v]))
-            contrib = weight * x
-            total = contrib.sum(axis=1)
-            error = np.clip(np.log(total) - target, -0.5, 0.5)
-            grad = (2.0 * error / n / total)[:, None] * contrib  # d loss / d log weight
-            grads = [
-                np.stack([np.bincount(m, grad[:, k], minlength=n_types) for k in range(n_terms)], axis=1),
-                np.bincount(hf, grad[:, _COMPUTE], minlength=len(phi_c)),
-                np.bincount(h, grad[:, _WEIGHTS] + grad[:, _ACTIVATIONS], minlength=len(phi_m)),
-                np.bincount(v, grad[:, _FIXED], minlength=len(phi_f)),
-            ]
+            grads, total = self._gradients(params, codes, x, target)
             for p, g, m1, m2 in zip(params, grads, first, second, strict=True):
                 g += self.l2 * (p - p.mean(axis=0)) / max(len(p), 1)
                 m1 *= 0.9
@@ -189,14 +179,25 @@ class LearnedRoofline:
                 m2 *= 0.999
                 m2 += 0.001 * g * g
                 p -= self.learning_rate * (m1 / (1 - 0.9**it)) / (np.sqrt(m2 / (1 - 0.999**it)) + 1e-8)
-        self.loss_ = float(np.mean((np.log(total) - target) ** 2))
-        self.theta_, self.phi_compute_, self.phi_memory_, self.phi_fixed_ = theta, phi_c, phi_m, phi_f
-        families = rows["family"].astype(str)
-        self.family_theta_ = {
-            fam: np.median(theta[np.unique(m[families == fam])], axis=0) for fam in sorted(set(families.tolist()))
-        }
-        self._set_part_means()
-        return self
+        return total
+
+    def _gradients(self, params: list[np.ndarray], codes: tuple[np.ndarray, ...], x: np.ndarray,
+                   target: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """Gradient of the clipped squared log error for each parameter, and the step times."""
+        theta, phi_c, phi_m, phi_f = params
+        m, hf, h, v = codes
+        weight = np.exp(self._log_weights(theta[m], phi_c[hf], phi_m[h], phi_f[v]))
+        contrib = weight * x
+        total = contrib.sum(axis=1)
+        error = np.clip(np.log(total) - target, -0.5, 0.5)
+        grad = (2.0 * error / len(target) / total)[:, None] * contrib  # d loss / d log weight
+        grads = [
+            np.stack([np.bincount(m, grad[:, k], minlength=len(theta)) for k in range(len(TERMS))], axis=1),
+            np.bincount(hf, grad[:, _COMPUTE], minlength=len(phi_c)),
+            np.bincount(h, grad[:, _WEIGHTS] + grad[:, _ACTIVATIONS], minlength=len(phi_m)),
+            np.bincount(v, grad[:, _FIXED], minlength=len(phi_f)),
+        ]
+        return grads, total
 
     def _set_part_means(self) -> None:
         """Each part's mean compute efficiency over the families seen on it."""

@@ -34,7 +34,7 @@ import lightgbm as lgb
 import numpy as np
 
 from core.accuracy import best_weight
-from features.rows import CATEGORICAL, GROUPS, ROOFLINE_COLUMNS, Rows, roofline_columns, roofline_log
+from features.rows import CATEGORICAL, GROUPS, PAIR_COLUMNS, Rows, hardware_table, with_hardware
 from predictor.learned_roofline import LearnedRoofline, usable_rows
 from predictor.models import BAND_QUANTILES, ThroughputModel, first_finite
 
@@ -50,11 +50,6 @@ ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
 )
 #: Columns the base model reads: the configuration and the candidate's own hardware.
 BASE_GROUPS = ("config", "hardware")
-_PAIR_COLUMNS = ("spec_ratio_peak", "spec_ratio_bw")  # involve the prior's hardware: not for the base
-#: Columns that describe the hardware alone (the roofline columns mix in the configuration).
-HARDWARE_COLUMNS = tuple(
-    c for c in GROUPS["hardware"] if c not in (*_PAIR_COLUMNS, "log_roofline", *ROOFLINE_COLUMNS)
-)
 DERIVED = ("base_log", "base_transfer_log", "base_ratio")
 #: The base model's column from :class:`predictor.learned_roofline.LearnedRoofline`.
 LEARNED_ROOFLINE = "log_learned_roofline"
@@ -205,18 +200,13 @@ class LightGBMThroughput(ThroughputModel):
             nan = np.full(n, np.nan)
             return {**rows, "base_log": nan, "base_transfer_log": nan, "base_ratio": nan}
         base = self.base_.predict(self._base_matrix(rows), num_threads=self.predict_threads)
-        # The same configuration on the job's prior hardware: swap in that hardware's columns.
+        # The same configuration on the job's prior hardware (a type seen in training).
         prior_hw = rows["prior_hw"]
         has_prior = np.array([h in self.hardware_specs_ for h in prior_hw])
         base_prior = np.full(n, np.nan)
         if has_prior.any():
-            swapped = {c: v[has_prior] for c, v in rows.items()}
-            for col in ("hardware", *HARDWARE_COLUMNS):
-                if col in self.base_features_ or col == "hardware":
-                    swapped[col] = np.array([self.hardware_specs_[h][col] for h in prior_hw[has_prior]],
-                                            dtype=object if col in CATEGORICAL else np.float64)
-            swapped["log_roofline"] = roofline_log(swapped["peak_tflops"], swapped["log_flops_per_sample"])
-            swapped.update(roofline_columns(swapped))
+            swapped = with_hardware({c: v[has_prior] for c, v in rows.items()}, self.hardware_specs_,
+                                    prior_hw[has_prior])
             base_prior[has_prior] = _predict_distinct(self.base_, self._base_matrix(swapped), self.predict_threads)
         ratio = base - base_prior
         return {**rows, "base_log": base, "base_transfer_log": rows["prior_other_log"] + ratio, "base_ratio": ratio}
@@ -244,70 +234,82 @@ class LightGBMThroughput(ThroughputModel):
             Job key of each row. When given, the base model is refitted once on targets with
             each job's own speed factor removed, so that it learns the hardware, not the jobs.
         """
+        self._check_params()
+        y = np.asarray(y, dtype=np.float64)
+        calibrate = np.random.default_rng(self.seed).random(len(y)) < 0.1
+        self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(rows[c].tolist())))} for c in CATEGORICAL}
+        fit_rows = {c: v[~calibrate] for c, v in rows.items()}
+        fit_y = y[~calibrate]
+        self.base_ = None
+        self.roofline_ = None
+        if self._uses_base():
+            self._fit_base(fit_rows, fit_y, None if groups is None else np.asarray(groups)[~calibrate])
+        self._fit_main(fit_rows, fit_y)
+        held_rows, held_y = {c: v[calibrate] for c, v in rows.items()}, y[calibrate]
+        self._calibrate_trust(held_rows, held_y)
+        self._calibrate_band(held_rows, held_y)
+        return self
+
+    def _check_params(self) -> None:
         if self.target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
         unknown = set(self.feature_groups) - set(GROUPS)
         if unknown:
             raise ValueError(f"unknown feature groups {sorted(unknown)}; known: {sorted(GROUPS)}")
-        y = np.asarray(y, dtype=np.float64)
-        rng = np.random.default_rng(self.seed)
-        calibrate = rng.random(len(y)) < 0.1
-        self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(rows[c].tolist())))} for c in CATEGORICAL}
-        fit_rows = {c: v[~calibrate] for c, v in rows.items()}
-        fit_y = y[~calibrate]
 
-        self.base_ = None
-        self.roofline_ = None
-        if self._uses_base():
-            self.base_features_ = [c for g in BASE_GROUPS if g in self.feature_groups for c in GROUPS[g]
-                                   if c not in _PAIR_COLUMNS]
-            self.hardware_specs_ = {}
-            for i, hw in enumerate(fit_rows["hardware"]):
-                if hw not in self.hardware_specs_:
-                    self.hardware_specs_[hw] = {c: fit_rows[c][i] for c in ("hardware", *HARDWARE_COLUMNS)}
-            # Linear leaves need fewer of them: twice the leaves, as constant leaves wanted, fit
-            # 60% slower and scored lower in the 30-day backtest (acc@10 0.662 against 0.666).
-            leaves = self.num_leaves if self.base_linear else 2 * self.num_leaves
-            base_params = self._params(max(50, self.min_child_samples), leaves=leaves)
-            if self.base_linear:
-                base_params.update(linear_tree=True, linear_lambda=0.1)
+    def _fit_base(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
+        """Fit the base model (and the learned roofline it reads) on log throughput.
 
-            def train_base(target: np.ndarray) -> lgb.Booster:
-                data = lgb.Dataset(
-                    self._base_matrix(fit_rows), label=target, feature_name=self.base_features_,
-                    categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
-                )
-                return lgb.train(base_params, data, num_boost_round=self.n_estimators)
+        Parameters
+        ----------
+        rows, y
+            The training rows (calibration rows removed) and their throughput.
+        groups
+            Job key of each row, or None not to remove the jobs' own speed factors.
+        """
+        self.base_features_ = [c for g in BASE_GROUPS if g in self.feature_groups for c in GROUPS[g]
+                               if c not in PAIR_COLUMNS]
+        self.hardware_specs_ = hardware_table(rows)
+        # Linear leaves need fewer of them: twice the leaves, as constant leaves wanted, fit
+        # 60% slower and scored lower in the 30-day backtest (acc@10 0.662 against 0.666).
+        leaves = self.num_leaves if self.base_linear else 2 * self.num_leaves
+        params = self._params(max(50, self.min_child_samples), leaves=leaves)
+        if self.base_linear:
+            params.update(linear_tree=True, linear_lambda=0.1)
 
-            target = np.log(fit_y)
+        def train_base(target: np.ndarray) -> lgb.Booster:
+            data = lgb.Dataset(
+                self._base_matrix(rows), label=target, feature_name=self.base_features_,
+                categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
+            )
+            return lgb.train(params, data, num_boost_round=self.n_estimators)
+
+        target = np.log(y)
+        self.base_ = train_base(target)
+        if groups is not None:
+            # Refit on targets with each job's own speed factor removed, so that the base
+            # learns the hardware, not the jobs.
+            target = target - job_effects(target - self.base_.predict(self._base_matrix(rows)), groups)
+        # The roofline reads the configuration; fitting one to a handful of rows says nothing.
+        if self.learned_roofline and "config" in self.feature_groups and usable_rows(rows) >= 1000:
+            self.roofline_ = LearnedRoofline(seed=self.seed).fit(rows, target)
+            self.base_features_.append(LEARNED_ROOFLINE)
+        if groups is not None or self.roofline_ is not None:
             self.base_ = train_base(target)
-            if groups is not None:
-                # Refit on targets with each job's own speed factor removed, so that the base
-                # learns the hardware, not the jobs.
-                target = target - job_effects(target - self.base_.predict(self._base_matrix(fit_rows)),
-                                              np.asarray(groups)[~calibrate])
-            # The roofline reads the configuration; fitting one to a handful of rows says nothing.
-            if self.learned_roofline and "config" in self.feature_groups and usable_rows(fit_rows) >= 1000:
-                self.roofline_ = LearnedRoofline(seed=self.seed).fit(fit_rows, target)
-                self.base_features_.append(LEARNED_ROOFLINE)
-            if groups is not None or self.roofline_ is not None:
-                self.base_ = train_base(target)
 
+    def _fit_main(self, rows: Rows, y: np.ndarray) -> None:
+        """Fit the main model on its target against the anchors (after the base model)."""
         self.features_ = [c for g in self.feature_groups for c in GROUPS[g]]
         if self._uses_base():
             self.features_ += [c for c in DERIVED if "prior" in self.feature_groups or c == "base_log"]
-        fit_rows = self._with_base(fit_rows)
-        anchor = self._anchor(fit_rows)
-        usable = np.isfinite(anchor) & (fit_y > 0)
+        rows = self._with_base(rows)
+        anchor = self._anchor(rows)
+        usable = np.isfinite(anchor) & (y > 0)
         data = lgb.Dataset(
-            self._matrix(fit_rows)[usable], label=self._to_target(fit_y[usable], anchor[usable]),
+            self._matrix(rows)[usable], label=self._to_target(y[usable], anchor[usable]),
             feature_name=self.features_, categorical_feature=[c for c in self.features_ if c in CATEGORICAL],
         )
         self.booster_ = lgb.train(self._params(self.min_child_samples), data, num_boost_round=self.n_estimators)
-        held_rows, held_y = {c: v[calibrate] for c, v in rows.items()}, y[calibrate]
-        self._calibrate_trust(held_rows, held_y)
-        self._calibrate_band(held_rows, held_y)
-        return self
 
     def _calibrate_trust(self, rows: Rows, y: np.ndarray) -> None:
         self.trust_by_evidence_ = {}

@@ -1,5 +1,6 @@
-"""The learned roofline: it recovers a step-time law of its own form, carries a job's speed across
-hardware better than the public-spec roofline, falls back sensibly and saves as JSON."""
+"""The rooflines: the public-spec terms and their one link rule; the learned roofline recovers a
+step-time law of its own form, carries a job's speed across hardware better than the public-spec
+roofline, falls back sensibly and saves as JSON."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ import numpy as np
 import pytest
 
 from core.hardware import load_catalogue
-from features.rows import Rows
-from predictor.learned_roofline import TERMS, LearnedRoofline, step_terms, usable_rows
+from features.roofline import ROOFLINE_MFU, TERMS, link_bandwidth, roofline_log, step_terms
+from features.rows import Rows, build_rows
+from features.snapshot import FeatureSnapshot
+from predictor.learned_roofline import LearnedRoofline, usable_rows
 from predictor.lgbm import job_effects
+from tests.factories import submission
 from training.dataset import Examples, build_examples, read_history
+
+CAT = load_catalogue()
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +36,40 @@ def _by_job(examples: Examples) -> tuple[np.ndarray, np.ndarray]:
 
 def _select(rows: Rows, mask: np.ndarray) -> Rows:
     return {c: v[mask] for c, v in rows.items()}
+
+
+def test_a_collective_uses_the_scale_up_link_only_within_one_domain() -> None:
+    rows = {"node_size": np.full(3, 8.0), "interconnect_gbps": np.full(3, 900.0), "scale_out_gbps": np.full(3, 50.0)}
+    # Half the bidirectional scale-up figure while the ranks fit in one domain; the network beyond.
+    np.testing.assert_array_equal(link_bandwidth(rows, np.array([1.0, 8.0, 16.0])), [450e9, 450e9, 50e9])
+
+
+def test_the_all_reduce_spans_every_accelerator_and_the_tensor_exchange_its_ranks() -> None:
+    # 16 accelerators on 8-accelerator nodes, tensor-parallel within a node: the gradient
+    # all-reduce crosses nodes, the tensor exchange does not.
+    sub = submission("j", 1, num_accelerators=16, data_parallel=2, tensor_parallel=8)
+    h100 = CAT.resolve("H100-SXM")
+    assert h100 is not None and h100.node_size == 8
+    rows = build_rows(sub, FeatureSnapshot(), ["H100-SXM"], CAT)
+    terms, per_acc = step_terms(rows)
+    local_params = sub.params / sub.tensor_parallel
+    allreduce = 2.0 * (2 - 1) / 2 * 2.0 * local_params / (h100.scale_out_gbps * 1e9)
+    tensor = per_acc[0] * sub.seq_len / 8 / (h100.interconnect_gbps * 0.5e9)
+    assert terms[0, TERMS.index("allreduce")] == pytest.approx(allreduce)
+    assert terms[0, TERMS.index("tensor")] == pytest.approx(tensor)
+
+
+def test_both_rooflines_read_the_same_public_terms() -> None:
+    rows = build_rows(submission("j", 1), FeatureSnapshot(), ["A100-80GB", "MI300X"], CAT)
+    terms, _ = step_terms(rows)
+    for term, col in (("compute", "log_step_compute"), ("weights", "log_step_memory"), ("allreduce", "log_step_comm")):
+        np.testing.assert_allclose(terms[:, TERMS.index(term)], np.exp(rows[col]))
+    # The cold-start estimate: the quoted peak at a typical share of it.
+    peak = rows["peak_tflops"]
+    np.testing.assert_allclose(
+        np.exp(rows["log_roofline"]), peak * 1e12 * ROOFLINE_MFU / np.exp(rows["log_flops_per_sample"])
+    )
+    np.testing.assert_array_equal(rows["log_roofline"], roofline_log(peak, rows["log_flops_per_sample"]))
 
 
 def test_recovers_a_law_of_its_own_form(examples: Examples) -> None:

@@ -11,7 +11,17 @@ import redis
 from core.hardware import load_catalogue
 from features.keys import KeyLayout
 from features.offline import OfflineFeatureState
-from features.rows import CATEGORICAL, COLUMNS, GROUPS, build_rows
+from features.rows import (
+    CATEGORICAL,
+    COLUMNS,
+    DERIVED_COLUMNS,
+    GROUPS,
+    HARDWARE_COLUMNS,
+    PAIR_COLUMNS,
+    build_rows,
+    hardware_table,
+    with_hardware,
+)
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from features.store import FeatureStore
 from tests.factories import T0, finish, submission
@@ -32,6 +42,7 @@ def test_groups_cover_every_column_once() -> None:
     grouped = [c for cols in GROUPS.values() for c in cols]
     assert len(grouped) == len(set(grouped))
     assert set(COLUMNS) == set(grouped)
+    assert set(GROUPS["hardware"]) == {*HARDWARE_COLUMNS, *DERIVED_COLUMNS, *PAIR_COLUMNS}
 
 
 @pytest.mark.integration
@@ -104,3 +115,28 @@ def test_roofline_step_adds_its_terms() -> None:
     per_accelerator_batch = sub.global_batch_size / sub.num_accelerators
     np.testing.assert_allclose(np.exp(rows["log_roofline_step"]), per_accelerator_batch / parts)
     assert rows["log_roofline_step"][0] > rows["log_roofline_step"][1]  # an A100 outruns a T4
+
+
+def test_rows_moved_to_other_hardware_equal_rows_built_there() -> None:
+    # The base model re-evaluates rows on the job's prior hardware with with_hardware; what it
+    # gets must be what the row builder makes for that hardware, derived columns included.
+    sub = submission("j", 1, precision="fp8", num_accelerators=16, data_parallel=8, tensor_parallel=2)
+    candidates = ["H100", "A100-80GB", "MI300X", "TPU-v5p", "Quantum-9000"]
+    rows = build_rows(sub, FeatureSnapshot(), candidates, CAT)
+    table = hardware_table(rows)
+    assert list(table) == ["H100-SXM", "A100-80GB", "MI300X", "TPU-v5p", "Quantum-9000"]
+    names = rows["hardware"][::-1].copy()
+    moved = with_hardware(rows, table, names)
+    _assert_rows_equal(moved, build_rows(sub, FeatureSnapshot(), list(names), CAT))
+    assert rows["hardware"][0] == "H100-SXM"  # the input rows are left alone
+    with pytest.raises(KeyError):
+        with_hardware(rows, table, np.array(["T4"] * len(candidates), dtype=object))
+
+
+def test_moving_rows_keeps_the_jobs_history() -> None:
+    snap = FeatureSnapshot(prior={"A100-80GB": PriorStat(3, T0, 50.0, 50.0)})
+    rows = build_rows(submission("j", 1), snap, ["A100-80GB", "H100-SXM"], CAT)
+    moved = with_hardware(rows, hardware_table(rows), rows["hardware"][::-1].copy())
+    assert list(moved["hardware"]) == ["H100-SXM", "A100-80GB"]
+    np.testing.assert_array_equal(moved["prior_same_log"], rows["prior_same_log"])
+    np.testing.assert_array_equal(moved["spec_ratio_peak"], rows["spec_ratio_peak"])
