@@ -137,6 +137,32 @@ def run_once(client: SchedulerClient, collector: Collector, pool: list[Submissio
     }
 
 
+def worker_ready(client: SchedulerClient, worker: WorkerProcess, probe: Submission, settings: Settings, role: str,
+                 timeout: float) -> tuple[float, int]:
+    """Wait for the worker's first ranking; seconds waited and members of its consumer group."""
+    ready_s = wait_until_ranking(client, worker, probe, timeout)
+    members = group_members(settings, f"leap-{role}")
+    say(f"worker answered after {ready_s:.1f} s; consumer group leap-{role} has {members} member(s)")
+    return ready_s, members
+
+
+def repeat_runs(client: SchedulerClient, pool: list[Submission], rate: float, duration: float, window: int,
+                drain: float, repeat: int) -> tuple[list[Figures], dict[str, int]]:
+    """``repeat`` runs of :func:`run_once` with one rankings follower; the runs and the model
+    versions of the rankings they got."""
+    collector = Collector(client)
+    collector.start()
+    runs: list[Figures] = []
+    try:
+        for r in range(repeat):
+            runs.append(run_once(client, collector, pool, rate, duration, window, drain))
+            say(f"run {r + 1}/{repeat}: {runs[-1]['rate_achieved_per_s']:.0f}/s published, "
+                f"p50 {runs[-1]['latency_p50_ms']:.1f} ms, p99 {runs[-1]['latency_p99_ms']:.1f} ms")
+    finally:
+        collector.stop()
+    return runs, collector.versions
+
+
 def bench_e2e(
     settings: Settings,
     rate: float = 200.0,
@@ -183,19 +209,8 @@ def bench_e2e(
         seed_store(store, w)
         worker = WorkerProcess(replace(settings, home=home, key_prefix=prefix), role, home / "worker.log")
         with SchedulerClient(settings) as client:
-            ready_s = wait_until_ranking(client, worker, w.submissions[0], startup_timeout)
-            members = group_members(settings, f"leap-{role}")
-            say(f"worker answered after {ready_s:.1f} s; consumer group leap-{role} has {members} member(s)")
-            collector = Collector(client)
-            collector.start()
-            runs = []
-            try:
-                for r in range(repeat):
-                    runs.append(run_once(client, collector, w.submissions, rate, duration, window, drain))
-                    say(f"run {r + 1}/{repeat}: {runs[-1]['rate_achieved_per_s']:.0f}/s published, "
-                        f"p50 {runs[-1]['latency_p50_ms']:.1f} ms, p99 {runs[-1]['latency_p99_ms']:.1f} ms")
-            finally:
-                collector.stop()
+            ready_s, members = worker_ready(client, worker, w.submissions[0], settings, role, startup_timeout)
+            runs, versions = repeat_runs(client, w.submissions, rate, duration, window, drain, repeat)
     finally:
         if worker is not None:
             worker.stop()
@@ -206,6 +221,5 @@ def bench_e2e(
               "role": role, "warm_attempts": warm, "seed": seed, "key_prefix": prefix,
               "mean_candidates": round(float(np.mean([len(s.candidates) for s in w.submissions])), 2),
               "kafka": settings.kafka_bootstrap}
-    extra = {"worker_ready_s": round(ready_s, 1), "consumer_group_members": members,
-             "model_versions": collector.versions}
+    extra = {"worker_ready_s": round(ready_s, 1), "consumer_group_members": members, "model_versions": versions}
     return report("e2e", params, runs, extra=extra, started=began)

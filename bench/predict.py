@@ -40,6 +40,11 @@ STAGES = ("decode", "read", "rows", "predict", "other", "encode")
 #: DESIGN §9: a plain loop (decode, build rows, predict, encode) of 24 candidates per submission.
 DESIGN_LOOP_PER_S = 3200.0
 DESIGN_CANDIDATES = 24
+#: DESIGN §9's figures, copied into every report beside the measured ones.
+DESIGN_9: dict[str, Any] = {
+    "loop_submissions_per_s": DESIGN_LOOP_PER_S, "candidates": DESIGN_CANDIDATES,
+    "lightgbm_24_rows_us": 220, "lightgbm_bulk_us_per_row": 9, "model": "200 trees x 31 leaves, 1 thread",
+}
 
 
 def _pass(service: RankingService, clock: Clock, raw_batches: Sequence[list[bytes]]) -> Figures:
@@ -143,6 +148,37 @@ def profile_passes(services: dict[str, RankingService], clock: Clock, raw_batche
         prof.dump_stats(str(folder / f"predict-{name}.prof"))
 
 
+def timed_runs(services: dict[str, RankingService], clock: Clock, raw_batches: Sequence[list[bytes]],
+               models: dict[str, ActiveModel], rows_all: dict[str, np.ndarray], repeat: int,
+               profile_dir: Path | None) -> list[Figures]:
+    """``repeat`` runs of :func:`run_once`, each with the models' own cost (:func:`_predict_cost`),
+    with the heap frozen so garbage collection of the setup's objects does not land in a run."""
+    freeze_heap()
+    runs = []
+    try:
+        for r in range(repeat):
+            figures = run_once(services, clock, raw_batches)
+            figures.update({f"lightgbm_{k}": v for k, v in _predict_cost(models["lightgbm"].model, rows_all).items()})
+            figures.update({f"lookup_{k}": v for k, v in _predict_cost(models["lookup"].model, rows_all).items()})
+            runs.append(figures)
+            say(f"run {r + 1}/{repeat}: lookup {figures['lookup_submissions_per_s']:.0f}/s, "
+                f"lightgbm {figures['lightgbm_submissions_per_s']:.0f}/s")
+        if profile_dir is not None:
+            say(f"profiling one more pass per variant into {profile_dir}")
+            profile_passes(services, clock, raw_batches, profile_dir)
+    finally:
+        unfreeze_heap()
+    return runs
+
+
+def add_design_ratios(runs: list[Figures]) -> None:
+    """Each run's no-Redis throughput over DESIGN §9's plain loop (NaN without ``no_redis``)."""
+    for f in runs:
+        f["lookup_no_redis_over_design_loop"] = f.get("lookup_no_redis_submissions_per_s", np.nan) / DESIGN_LOOP_PER_S
+        f["lightgbm_no_redis_rows_over_design_loop"] = (
+            f.get("lightgbm_no_redis_candidate_rows_per_s", np.nan) / (DESIGN_LOOP_PER_S * DESIGN_CANDIDATES))
+
+
 def bench_predict(
     settings: Settings,
     submissions: int = 5000,
@@ -193,32 +229,13 @@ def bench_predict(
         clock = Clock()
         models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm")}
         services = _services(store, catalogue, clock, models, snapshots, no_redis)
-        freeze_heap()
-        runs = []
-        try:
-            for r in range(repeat):
-                figures = run_once(services, clock, raw_batches)
-                figures.update({f"lightgbm_{k}": v for k, v in _predict_cost(model, rows_all).items()})
-                figures.update({f"lookup_{k}": v for k, v in _predict_cost(models["lookup"].model, rows_all).items()})
-                runs.append(figures)
-                say(f"run {r + 1}/{repeat}: lookup {figures['lookup_submissions_per_s']:.0f}/s, "
-                    f"lightgbm {figures['lightgbm_submissions_per_s']:.0f}/s")
-            if profile_dir is not None:
-                say(f"profiling one more pass per variant into {profile_dir}")
-                profile_passes(services, clock, raw_batches, profile_dir)
-        finally:
-            unfreeze_heap()
+        runs = timed_runs(services, clock, raw_batches, models, rows_all, repeat, profile_dir)
     finally:
         store.delete_all()
         store.client.close()
-    for f in runs:
-        f["lookup_no_redis_over_design_loop"] = f.get("lookup_no_redis_submissions_per_s", np.nan) / DESIGN_LOOP_PER_S
-        f["lightgbm_no_redis_rows_over_design_loop"] = (
-            f.get("lightgbm_no_redis_candidate_rows_per_s", np.nan) / (DESIGN_LOOP_PER_S * DESIGN_CANDIDATES))
+    add_design_ratios(runs)
     params = {"submissions": len(w.submissions), "batch": batch, "warm_attempts": warm, "seed": seed,
               "key_prefix": prefix,
               "mean_candidates": round(w.mean_candidates, 2), "known_job_share": round(known, 3),
               "variants": list(services), "model": model_info}
-    design = {"loop_submissions_per_s": DESIGN_LOOP_PER_S, "candidates": DESIGN_CANDIDATES,
-              "lightgbm_24_rows_us": 220, "lightgbm_bulk_us_per_row": 9, "model": "200 trees x 31 leaves, 1 thread"}
-    return report("predict", params, runs, extra={"design_9": design}, started=began)
+    return report("predict", params, runs, extra={"design_9": dict(DESIGN_9)}, started=began)

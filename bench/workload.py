@@ -68,11 +68,3 @@ def seed_store(store: FeatureStore, w: Workload) -> None:
 def batches(items: Sequence[Submission], size: int) -> list[Sequence[Submission]]:
     """Consecutive slices of ``size`` (the last one may be shorter)."""
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def known_share(store: FeatureStore, subs: Sequence[Submission]) -> float:
-    """Share of submissions whose job already has a measured throughput in the store."""
-    if not subs:
-        return 0.0
-    snaps = store.read(subs)
-    return sum(1 for s in snaps if s.prior) / len(snaps)

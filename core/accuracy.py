@@ -12,17 +12,55 @@ Conventions
   predictions only, and :func:`summary` reports how many were left out (``n_missing``) so the
   exclusion is visible.
 - ``mape`` is a fraction (0.12 means 12 %), like the accuracies.
+- A prediction is a *hit* at ``tol`` when its relative error is ``<= tol`` (plus :data:`TOL_EPS`).
+  :func:`within` is that one comparison; :func:`acc_at`, :func:`hits`, :func:`is_hit`,
+  :func:`best_weight` and the dashboard's rolling hit counts all go through it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
 
 ArrayLike = npt.ArrayLike
 FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: Slack added to every tolerance. ``|1.1 - 1.0| / 1.0`` is ``0.10000000000000009`` in floating
+#: point: without it a prediction 10 % off by any human count would miss acc@10. Every hit test
+#: uses the same slack (through :func:`within`), so no two reports disagree at the boundary.
+TOL_EPS = 1e-12
+
+
+@overload
+def within(err: float, tol: float) -> bool: ...
+
+
+@overload
+def within(err: FloatArray, tol: float) -> BoolArray: ...
+
+
+def within(err: float | FloatArray, tol: float) -> bool | BoolArray:
+    """The hit test: is a relative error within ``tol``?
+
+    Parameters
+    ----------
+    err
+        Relative error(s), as from :func:`relative_error` or :func:`relative_errors`; NaN marks a
+        missing prediction.
+    tol
+        Relative tolerance, e.g. ``0.10`` for acc@10.
+
+    Returns
+    -------
+    bool or numpy.ndarray of bool
+        ``err <= tol + TOL_EPS``, elementwise for an array. NaN compares false, so a missing
+        prediction is a miss.
+    """
+    return err <= tol + TOL_EPS
 
 
 def _pair(pred: ArrayLike, actual: ArrayLike) -> tuple[FloatArray, FloatArray]:
@@ -33,6 +71,12 @@ def _pair(pred: ArrayLike, actual: ArrayLike) -> tuple[FloatArray, FloatArray]:
     if not np.all(np.isfinite(a) & (a > 0)):
         raise ValueError("actual throughputs must be finite and positive")
     return p, a
+
+
+def _error(p: FloatArray, a: FloatArray) -> FloatArray:
+    """``|p - a| / a``, broadcast; infinite or NaN where ``p`` is not finite."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.abs(p - a) / a
 
 
 def relative_errors(pred: ArrayLike, actual: ArrayLike) -> FloatArray:
@@ -51,9 +95,88 @@ def relative_errors(pred: ArrayLike, actual: ArrayLike) -> FloatArray:
         ``|pred - actual| / actual``, NaN where the prediction is not finite.
     """
     p, a = _pair(pred, actual)
-    err = np.abs(p - a) / a
+    err = _error(p, a)
     err[~np.isfinite(p)] = np.nan
     return err
+
+
+def relative_error(pred: float, actual: float) -> float:
+    """Relative error of one prediction: the scalar form of :func:`relative_errors`.
+
+    For per-event callers (the dashboard scores every joined finish): plain float arithmetic,
+    no array round trip.
+
+    Parameters
+    ----------
+    pred
+        Predicted throughput; NaN marks a missing prediction.
+    actual
+        Measured throughput, positive.
+
+    Returns
+    -------
+    float
+        ``|pred - actual| / actual``, NaN when the prediction is not finite.
+
+    Raises
+    ------
+    ValueError
+        When ``actual`` is not finite and positive.
+    """
+    if not 0.0 < actual < math.inf:
+        raise ValueError(f"actual throughput must be finite and positive, got {actual!r}")
+    return abs(pred - actual) / actual if math.isfinite(pred) else math.nan
+
+
+def is_hit(pred: float, actual: float, tol: float) -> bool:
+    """Whether one prediction is within ``tol`` relative error of the measured throughput.
+
+    Parameters
+    ----------
+    pred
+        Predicted throughput; NaN counts as a miss.
+    actual
+        Measured throughput, positive.
+    tol
+        Relative tolerance, e.g. ``0.10`` for acc@10.
+
+    Returns
+    -------
+    bool
+        ``within(relative_error(pred, actual), tol)``.
+    """
+    return within(relative_error(pred, actual), tol)
+
+
+def hits(pred: ArrayLike, actual: ArrayLike, tol: float) -> BoolArray:
+    """Which predictions are within ``tol`` relative error: the array form of :func:`is_hit`.
+
+    Parameters
+    ----------
+    pred
+        Predicted throughputs; NaN (or infinite) counts as a miss.
+    actual
+        Measured throughputs, positive. Broadcast against ``pred``, so a ``(rows x k)`` matrix of
+        predictions can be scored against a ``(rows x 1)`` column of actuals in one call.
+    tol
+        Relative tolerance, e.g. ``0.10`` for acc@10.
+
+    Returns
+    -------
+    numpy.ndarray of bool
+        ``within(|pred - actual| / actual, tol)`` in the broadcast shape.
+
+    Raises
+    ------
+    ValueError
+        When an actual is not finite and positive, or the shapes do not broadcast.
+    """
+    p = np.asarray(pred, dtype=np.float64)
+    a = np.asarray(actual, dtype=np.float64)
+    if not np.all(np.isfinite(a) & (a > 0)):
+        raise ValueError("actual throughputs must be finite and positive")
+    # A non-finite prediction gives an infinite or NaN error, which within() rejects.
+    return within(_error(p, a), tol)
 
 
 def acc_at(pred: ArrayLike, actual: ArrayLike, tol: float) -> float:
@@ -73,12 +196,10 @@ def acc_at(pred: ArrayLike, actual: ArrayLike, tol: float) -> float:
     float
         ``mean(|pred - actual| / actual <= tol)`` over all rows; NaN for empty input.
     """
-    err = relative_errors(pred, actual)
-    if err.size == 0:
+    p, a = _pair(pred, actual)  # unlike hits(), rows must pair one to one
+    if a.size == 0:
         return float("nan")
-    # NaN <= tol is False: a missing prediction is a miss.
-    with np.errstate(invalid="ignore"):
-        return float(np.mean(err <= tol + 1e-12))
+    return float(np.mean(hits(p, a, tol)))
 
 
 def mape(pred: ArrayLike, actual: ArrayLike) -> float:
@@ -215,7 +336,22 @@ def best_weight(base_log: ArrayLike, departure: ArrayLike, actual: ArrayLike) ->
     the best acc@10 against ``actual``; the largest such ``w`` on a tie.
 
     How much of a model's correction to an anchor to keep, chosen on held-out rows.
+
+    Parameters
+    ----------
+    base_log
+        Log of the anchor prediction per row.
+    departure
+        The model's correction to the anchor per row, in log space.
+    actual
+        Measured throughput per row, positive.
+
+    Returns
+    -------
+    float
+        An element of :data:`TRUST_GRID`.
     """
     b, d, y = (np.asarray(x, dtype=np.float64)[:, None] for x in (base_log, departure, actual))
-    hits = (np.abs(np.exp(b + d * np.array(TRUST_GRID)) / y - 1) <= 0.1).sum(axis=0)
-    return TRUST_GRID[int(np.flatnonzero(hits == hits.max())[-1])]
+    # (rows x weights) predictions against a column of actuals: acc@10 hits per weight.
+    n_hits = hits(np.exp(b + d * np.array(TRUST_GRID)), y, 0.10).sum(axis=0)
+    return TRUST_GRID[int(np.flatnonzero(n_hits == n_hits.max())[-1])]

@@ -24,6 +24,16 @@ DEFAULT_ARCHIVE_FLUSH_EVENTS = 10_000
 DEFAULT_ARCHIVE_FLUSH_SECONDS = 300.0
 
 
+#: Kafka client security settings and the variables that carry them.
+KAFKA_SECURITY_VARS: tuple[tuple[str, str], ...] = (
+    ("LEAP_KAFKA_SECURITY_PROTOCOL", "security.protocol"),
+    ("LEAP_KAFKA_SASL_MECHANISM", "sasl.mechanism"),
+    ("LEAP_KAFKA_SASL_USERNAME", "sasl.username"),
+    ("LEAP_KAFKA_SASL_PASSWORD", "sasl.password"),
+    ("LEAP_KAFKA_SSL_CAFILE", "ssl.ca.location"),
+)
+
+
 def _repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
@@ -73,16 +83,7 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         """Build settings from ``LEAP_*`` environment variables."""
         env = dict(os.environ if env is None else env)
-        security: dict[str, str] = {}
-        for var, key in (
-            ("LEAP_KAFKA_SECURITY_PROTOCOL", "security.protocol"),
-            ("LEAP_KAFKA_SASL_MECHANISM", "sasl.mechanism"),
-            ("LEAP_KAFKA_SASL_USERNAME", "sasl.username"),
-            ("LEAP_KAFKA_SASL_PASSWORD", "sasl.password"),
-            ("LEAP_KAFKA_SSL_CAFILE", "ssl.ca.location"),
-        ):
-            if env.get(var):
-                security[key] = env[var]
+        security = {key: env[var] for var, key in KAFKA_SECURITY_VARS if env.get(var)}
         defaults = cls()
         return cls(
             kafka_bootstrap=env.get("LEAP_KAFKA_BOOTSTRAP") or defaults.kafka_bootstrap,
@@ -97,6 +98,22 @@ class Settings:
             archive_flush_events=_number(env, "LEAP_ARCHIVE_FLUSH_EVENTS", int, defaults.archive_flush_events),
             archive_flush_seconds=_number(env, "LEAP_ARCHIVE_FLUSH_SECONDS", float, defaults.archive_flush_seconds),
         )
+
+    def to_env(self) -> dict[str, str]:
+        """The ``LEAP_*`` variables from which :meth:`from_env` rebuilds these settings (for child
+        processes; secrets included, so never log the result)."""
+        env = {
+            "LEAP_KAFKA_BOOTSTRAP": self.kafka_bootstrap, "LEAP_REDIS_URL": self.redis_url,
+            "LEAP_HOME": str(self.home), "LEAP_KEY_PREFIX": self.key_prefix,
+            "LEAP_ARCHIVE_FLUSH_EVENTS": str(self.archive_flush_events),
+            "LEAP_ARCHIVE_FLUSH_SECONDS": repr(self.archive_flush_seconds),
+        }
+        env.update({var: self.kafka_security[key] for var, key in KAFKA_SECURITY_VARS if key in self.kafka_security})
+        if self.prices_file is not None:
+            env["LEAP_PRICES_FILE"] = str(self.prices_file)
+        if self.archive_dir is not None:
+            env["LEAP_ARCHIVE_DIR"] = str(self.archive_dir)
+        return env
 
     @property
     def registry_dir(self) -> Path:

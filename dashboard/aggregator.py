@@ -22,11 +22,10 @@ from typing import Any
 
 import orjson
 
+from core.accuracy import relative_error, within
 from dashboard.rolling import BoundedMap, LabelCounter, PerSecond, SeenSet, WindowSums
 
 NAN = float("nan")
-#: Same tolerance slack as ``core.accuracy.acc_at`` so the two never disagree at the boundary.
-TOL_EPS = 1e-12
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ class Aggregator:
     """Counts, rolling windows and joins over rankings, finishes and submissions.
 
     Not thread-safe by itself: callers hold :attr:`lock` around ``add_*``/``tick`` batches and
-    around :meth:`summary` (the Kafka thread and the web server do).
+    around :func:`dashboard.summary.build_summary` (the Kafka thread and the web server do).
 
     Parameters
     ----------
@@ -307,12 +306,14 @@ class Aggregator:
             self.finish_not_candidate += 1
             return
         pred = entry.throughput(entry.names.index(hardware))
-        # core.accuracy conventions: a missing prediction is a miss and is left out of MAPE
-        err = abs(pred - measured) / measured
+        # The scalar forms of core.accuracy's definitions, so these rolling sums equal
+        # core.accuracy.summary on the same pairs: a missing prediction (NaN error) is a miss
+        # and is left out of MAPE. ``measured`` was checked positive by add_finish.
+        err = relative_error(pred, measured)
         finite = math.isfinite(err)
         self.accuracy.add((
-            float(finite and err <= 0.10 + TOL_EPS),
-            float(finite and err <= 0.20 + TOL_EPS),
+            float(within(err, 0.10)),
+            float(within(err, 0.20)),
             err if finite else 0.0,
             float(finite),
         ))
@@ -345,11 +346,3 @@ class Aggregator:
         acc = self.accuracy
         n = len(acc)
         self.acc_series.append((second, acc.sums[0] / n if n else NAN, acc.sums[1] / n if n else NAN))
-
-    # ------------------------------------------------------------------ read
-
-    def summary(self, now: float | None = None) -> dict[str, Any]:
-        """Every aggregate the page and ``/api/summary`` show (plain JSON types, NaN for unknown)."""
-        from dashboard.summary import build_summary
-
-        return build_summary(self, time.time() if now is None else now)

@@ -18,6 +18,7 @@ from starlette.routing import Route
 from dashboard.aggregator import Aggregator
 from dashboard.follower import Follower
 from dashboard.page import PAGE
+from dashboard.summary import build_summary
 
 #: Smallest time between two summaries pushed to a page (at most 2 updates per second).
 DEFAULT_PUSH_INTERVAL = 0.5
@@ -40,7 +41,7 @@ class SummaryCache:
 
     def _build(self) -> bytes:
         with self.aggregator.lock:
-            summary = self.aggregator.summary()
+            summary = build_summary(self.aggregator, time.time())
         summary["source"] = self.follower.status() if self.follower is not None else {"state": "detached"}
         summary["push_interval_s"] = self.interval
         return orjson.dumps(summary)

@@ -7,10 +7,9 @@ number of events seen.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from dashboard.aggregator import Aggregator
+from dashboard.aggregator import Aggregator
 
 FEED_TOP = 3
 
@@ -65,16 +64,46 @@ def _savings(usd_requested: float, usd_best: float, changed: float, n: float) ->
     }
 
 
-def build_summary(agg: Aggregator, now: float) -> dict[str, Any]:
-    """See ``docs/dashboard.md`` for the meaning of every field."""
-    c = agg.config
+def _accuracy(agg: Aggregator) -> dict[str, Any]:
     acc = agg.accuracy
     n_acc = len(acc)
-    hw = agg.best_share.top()
-    lat = list(agg.latency_ms)
-    series_end = int(now)
-    acc_points = [(s, a10, a20) for s, a10, a20 in agg.acc_series if s > series_end - c.history_seconds]
+    return {
+        "window": agg.config.accuracy_window,
+        "n": n_acc,
+        "acc@10": acc.sums[0] / n_acc if n_acc else None,
+        "acc@20": acc.sums[1] / n_acc if n_acc else None,
+        "mape": acc.sums[2] / acc.sums[3] if acc.sums[3] else None,
+        "n_missing": int(n_acc - acc.sums[3]),
+        "joined_total": agg.joined,
+        "finishes_without_ranking": len(agg.early_finishes) + agg.early_finishes.evicted,
+        "finishes_unmeasured": agg.finish_unmeasured,
+        "finishes_not_candidate": agg.finish_not_candidate,
+        "pending": len(agg.pending),
+        "pending_evicted": agg.pending.evicted,
+    }
+
+
+def _series(agg: Aggregator, now: float) -> dict[str, Any]:
+    seconds = agg.config.history_seconds
+    end = int(now)
     rates = {k: ps.series(now) for k, ps in agg.per_second.items()}
+    return {
+        "end": end,
+        "seconds": seconds,
+        "rankings": rates["rankings"],
+        "finishes": rates["finishes"],
+        "submissions": rates["submissions"],
+        "accuracy": [
+            {"t": s, "acc@10": _finite(a10), "acc@20": _finite(a20)}
+            for s, a10, a20 in agg.acc_series
+            if s > end - seconds
+        ],
+    }
+
+
+def build_summary(agg: Aggregator, now: float) -> dict[str, Any]:
+    """See ``docs/dashboard.md`` for the meaning of every field."""
+    lat = list(agg.latency_ms)
     return {
         "generated_at": now,
         "started_at": agg.started_at,
@@ -95,7 +124,7 @@ def build_summary(agg: Aggregator, now: float) -> dict[str, Any]:
         "fallback_rate": _share(agg.with_fallback, agg.rankings),
         "fallback_reasons": dict(agg.fallback_reasons.top()),
         "best_hardware_share": [
-            {"hardware": name, "count": count, "share": count / agg.ranked} for name, count in hw
+            {"hardware": name, "count": count, "share": count / agg.ranked} for name, count in agg.best_share.top()
         ],
         "models": dict(agg.models.top()),
         "latency_ms": {
@@ -103,36 +132,14 @@ def build_summary(agg: Aggregator, now: float) -> dict[str, Any]:
             "p50": _percentile(lat, 0.50),
             "p99": _percentile(lat, 0.99),
         },
-        "accuracy": {
-            "window": c.accuracy_window,
-            "n": n_acc,
-            "acc@10": acc.sums[0] / n_acc if n_acc else None,
-            "acc@20": acc.sums[1] / n_acc if n_acc else None,
-            "mape": acc.sums[2] / acc.sums[3] if acc.sums[3] else None,
-            "n_missing": int(n_acc - acc.sums[3]),
-            "joined_total": agg.joined,
-            "finishes_without_ranking": len(agg.early_finishes) + agg.early_finishes.evicted,
-            "finishes_unmeasured": agg.finish_unmeasured,
-            "finishes_not_candidate": agg.finish_not_candidate,
-            "pending": len(agg.pending),
-            "pending_evicted": agg.pending.evicted,
-        },
+        "accuracy": _accuracy(agg),
         "savings": {
-            "window": c.savings_window,
+            "window": agg.config.savings_window,
             "recent": _savings(agg.savings.sums[0], agg.savings.sums[1], agg.savings.sums[2], len(agg.savings)),
             "total": _savings(*agg.savings_total[:4]),
             "unpriced": agg.savings_unpriced,
             "awaiting_submission": len(agg.awaiting_submission),
         },
-        "series": {
-            "end": series_end,
-            "seconds": c.history_seconds,
-            "rankings": rates["rankings"],
-            "finishes": rates["finishes"],
-            "submissions": rates["submissions"],
-            "accuracy": [
-                {"t": s, "acc@10": _finite(a10), "acc@20": _finite(a20)} for s, a10, a20 in acc_points
-            ],
-        },
+        "series": _series(agg, now),
         "feed": [_feed_item(t, r) for t, r in reversed(agg.feed)],
     }

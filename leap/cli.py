@@ -94,7 +94,7 @@ def worker(
         raise fail(f"unknown role {role!r}; choose one of: {', '.join(worker_mod.ROLES)}")
     port = worker_mod.DEFAULT_METRICS_PORTS[role] if metrics_port is None else metrics_port
     settings = Settings.from_env()
-    archive = ArchiveConfig.from_env(settings)
+    archive = ArchiveConfig.from_settings(settings)
     archive = replace(archive, root=archive_dir) if archive_dir is not None else archive
     try:
         nightly = NightlyConfig(archive.root, settings.registry_dir, parse_schedule(schedule), run_now=run_now)

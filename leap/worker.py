@@ -36,7 +36,7 @@ def build(settings: Settings, role: str, archive: ArchiveConfig | None = None) -
         raise ValueError(f"no Faust app for worker role {role!r}; choose one of {', '.join(ROLES[:-1])}")
     if role == "archiver":  # needs neither Redis nor the catalogue
         app, topics = build_app(settings, role)
-        attach_archiver_agents(app, topics, archive or ArchiveConfig.from_env(settings))
+        attach_archiver_agents(app, topics, archive or ArchiveConfig.from_settings(settings))
         return app
     catalogue = load_catalogue()
     store = open_store(settings, catalogue)
@@ -68,7 +68,7 @@ def run(settings: Settings, role: str, metrics_port: int, archive: ArchiveConfig
     create_topics(settings)
     if role == "trainer":  # a scheduled loop, not a stream processor
         metrics.serve(metrics_port)
-        archive_root = (archive or ArchiveConfig.from_env(settings)).root
+        archive_root = (archive or ArchiveConfig.from_settings(settings)).root
         serve_nightly(settings, nightly or NightlyConfig(archive_root, settings.registry_dir))
         return
     app = build(settings, role, archive)

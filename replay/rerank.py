@@ -119,6 +119,18 @@ def _accuracy(pairs: list[tuple[float, float]]) -> dict[str, Any]:
     return summary(pred, actual)
 
 
+def _rerank(active: ActiveModel, subs: list[Submission], snaps: dict[str, FeatureSnapshot],
+            catalogue: Catalogue) -> dict[str, Ranking]:
+    """Rankings of ``subs`` by ``active``, from the recorded snapshots, by attempt id."""
+    service = RankingService(cast(FeatureStore, RecordedFeatures(snaps)), catalogue, ModelHolder(active))
+    new: dict[str, Ranking] = {}
+    for i in range(0, len(subs), BATCH):
+        batch = subs[i:i + BATCH]
+        for sub, r in zip(batch, service.rank(batch), strict=True):
+            new[sub.attempt_id] = r
+    return new
+
+
 def shadow_report(joined: Joined, models: Sequence[ActiveModel], catalogue: Catalogue) -> dict[str, Any]:
     """Top-1 agreement and accuracy of the old rankings and of each model on the same attempts."""
     ranked: list[tuple[Submission, Ranking, FeatureSnapshot]] = []
@@ -162,12 +174,7 @@ def shadow_report(joined: Joined, models: Sequence[ActiveModel], catalogue: Cata
     snaps = {sub.event_id: snap for sub, _, snap in ranked}
     subs = [sub for sub, _, _ in ranked]
     for active in models:
-        service = RankingService(cast(FeatureStore, RecordedFeatures(snaps)), catalogue, ModelHolder(active))
-        new: dict[str, Ranking] = {}
-        for i in range(0, len(subs), BATCH):
-            batch = subs[i:i + BATCH]
-            for sub, r in zip(batch, service.rank(batch), strict=True):
-                new[sub.attempt_id] = r
+        new = _rerank(active, subs, snaps, catalogue)
         agree = sum(
             _canonical(catalogue, new[a].best_hardware) == _canonical(catalogue, old.best_hardware)
             for a, old in old_by_attempt.items()

@@ -18,8 +18,7 @@ from services.processes import ROOT, stop_process, tail
 def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment a child worker needs to see what ``settings`` describes."""
     env = dict(os.environ)
-    env.update(LEAP_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, LEAP_REDIS_URL=settings.redis_url,
-               LEAP_HOME=str(settings.home), LEAP_KEY_PREFIX=settings.key_prefix)
+    env.update(settings.to_env())
     env.update(extra)
     return env
 

@@ -82,11 +82,6 @@ class ArchiveConfig:
             flush_seconds=settings.archive_flush_seconds,
         )
 
-    @classmethod
-    def from_env(cls, settings: Settings) -> ArchiveConfig:
-        """The same as :meth:`from_settings`: kept for callers written before the environment
-        was read only by :class:`~core.settings.Settings` (``leap/cli.py``, ``leap/worker.py``)."""
-        return cls.from_settings(settings)
 
 
 # ------------------------------------------------------------------------------ tables

@@ -2,7 +2,9 @@
 
 Each event type is described once, as a tuple of :class:`Field` specs. Validation, the
 dataclass the rest of the code uses, and the published JSON Schema (``schemas/*.json``) are all
-derived from that one description, so they cannot drift apart.
+derived from that one description, so they cannot drift apart. The derivation (validator and
+schema generator, for any tuple of specs) lives in :mod:`streams.contract`; this module holds
+the descriptions and the event classes.
 
 Values are JSON (orjson); times are Unix seconds (float, UTC); throughput is samples per
 second summed over all accelerators of the attempt.
@@ -10,12 +12,14 @@ second summed over all accelerators of the attempt.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 import orjson
+
+# EventError and Field stay importable from here, beside the events whose contracts they carry.
+from streams.contract import EventError, Field, object_schema, type_name, validate_fields
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
@@ -24,123 +28,6 @@ MAX_EVENT_BYTES = 64 * 1024
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 OUTCOMES = ("completed", "failed", "preempted")
-
-
-class EventError(ValueError):
-    """An event that cannot be accepted. ``reason`` is a short stable code for metrics."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.message}"
-
-
-@dataclass(frozen=True)
-class Field:
-    """One field of an event: its JSON type and constraints.
-
-    ``kind`` is one of ``str``, ``int``, ``float``, ``strlist``, ``object``, ``records``.
-    """
-
-    name: str
-    kind: str
-    doc: str
-    required: bool = True
-    nullable: bool = False
-    minimum: float | None = None
-    exclusive_minimum: float | None = None
-    maximum: float | None = None
-    choices: tuple[str, ...] | None = None
-    max_len: int | None = None
-    min_items: int | None = None
-    max_items: int | None = None
-    items: tuple[Field, ...] | None = None  # for kind == "records"
-    default: Any = None
-
-
-def _type_name(value: Any) -> str:
-    return type(value).__name__ if value is not None else "null"
-
-
-def _check(event: str, spec: Field, value: Any) -> Any:
-    """Validate one value against its spec and return it normalised (int -> float etc.)."""
-    where = f"{event}.{spec.name}"
-    if value is None:
-        if spec.nullable:
-            return None
-        raise EventError("bad_field", f"{where}: must not be null")
-    if spec.kind == "str":
-        if not isinstance(value, str) or not value:
-            raise EventError("bad_field", f"{where}: expected a non-empty string, got {value!r}")
-        if spec.max_len is not None and len(value) > spec.max_len:
-            raise EventError("bad_field", f"{where}: longer than {spec.max_len} characters")
-        if spec.choices is not None and value not in spec.choices:
-            raise EventError("bad_field", f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
-        return value
-    if spec.kind in ("int", "float"):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise EventError(
-                "bad_field", f"{where}: expected a number, got {value!r} ({_type_name(value)})"
-            )
-        if spec.kind == "int":
-            if isinstance(value, float):
-                if not value.is_integer():
-                    raise EventError("bad_field", f"{where}: expected an integer, got {value!r}")
-                value = int(value)
-        else:
-            value = float(value)
-            if not math.isfinite(value):
-                raise EventError("not_finite", f"{where}: must be finite, got {value!r}")
-        if spec.minimum is not None and value < spec.minimum:
-            raise EventError("out_of_range", f"{where}: must be >= {spec.minimum:g}, got {value!r}")
-        if spec.exclusive_minimum is not None and value <= spec.exclusive_minimum:
-            raise EventError(
-                "out_of_range", f"{where}: must be > {spec.exclusive_minimum:g}, got {value!r}"
-            )
-        if spec.maximum is not None and value > spec.maximum:
-            raise EventError("out_of_range", f"{where}: must be <= {spec.maximum:g}, got {value!r}")
-        return value
-    if spec.kind == "strlist":
-        if not isinstance(value, list):
-            raise EventError("bad_field", f"{where}: expected a list of strings, got {_type_name(value)}")
-        if spec.min_items is not None and len(value) < spec.min_items:
-            raise EventError("bad_field", f"{where}: needs at least {spec.min_items} item(s)")
-        if spec.max_items is not None and len(value) > spec.max_items:
-            raise EventError("bad_field", f"{where}: at most {spec.max_items} items allowed")
-        for item in value:
-            if not isinstance(item, str) or not item:
-                raise EventError("bad_field", f"{where}: items must be non-empty strings, got {item!r}")
-        return tuple(value)
-    if spec.kind == "object":
-        if not isinstance(value, dict):
-            raise EventError("bad_field", f"{where}: expected an object, got {_type_name(value)}")
-        return value
-    if spec.kind == "records":
-        if not isinstance(value, list):
-            raise EventError("bad_field", f"{where}: expected a list of objects, got {_type_name(value)}")
-        assert spec.items is not None
-        out = []
-        for i, item in enumerate(value):
-            if not isinstance(item, dict):
-                raise EventError("bad_field", f"{where}[{i}]: expected an object")
-            out.append(_validate_fields(f"{where}[{i}]", spec.items, item))
-        return tuple(out)
-    raise AssertionError(f"unknown field kind {spec.kind}")
-
-
-def _validate_fields(event: str, specs: tuple[Field, ...], payload: Mapping[str, Any]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for spec in specs:
-        if spec.name not in payload:
-            if spec.required:
-                raise EventError("missing_field", f"{event}.{spec.name}: required field is missing")
-            values[spec.name] = spec.default
-            continue
-        values[spec.name] = _check(event, spec, payload[spec.name])
-    return values
 
 
 # ---------------------------------------------------------------- field specs
@@ -270,7 +157,7 @@ class Event:
     @classmethod
     def from_dict(cls: type[E], payload: Any) -> E:
         if not isinstance(payload, dict):
-            raise EventError("bad_json", f"{cls.NAME}: expected a JSON object, got {_type_name(payload)}")
+            raise EventError("bad_json", f"{cls.NAME}: expected a JSON object, got {type_name(payload)}")
         version = payload.get("schema_version")
         if version is not None and version not in SUPPORTED_SCHEMA_VERSIONS:
             raise EventError(
@@ -278,7 +165,7 @@ class Event:
                 f"{cls.NAME}.schema_version: {version!r} is not supported "
                 f"(supported: {sorted(SUPPORTED_SCHEMA_VERSIONS)})",
             )
-        values = _validate_fields(cls.NAME, cls.FIELDS, payload)
+        values = validate_fields(cls.NAME, cls.FIELDS, payload)
         event = cls(**values)
         event._check_rules()
         return event
@@ -447,52 +334,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (Submission, JobStart, JobFinish, Ranking
 
 # ---------------------------------------------------------------- JSON Schema
 
-def _field_schema(spec: Field) -> dict[str, Any]:
-    out: dict[str, Any]
-    if spec.kind == "str":
-        out = {"type": "string", "minLength": 1}
-        if spec.max_len is not None:
-            out["maxLength"] = spec.max_len
-        if spec.choices is not None:
-            out["enum"] = list(spec.choices)
-    elif spec.kind in ("int", "float"):
-        out = {"type": "integer" if spec.kind == "int" else "number"}
-        if spec.minimum is not None:
-            out["minimum"] = spec.minimum
-        if spec.exclusive_minimum is not None:
-            out["exclusiveMinimum"] = spec.exclusive_minimum
-        if spec.maximum is not None:
-            out["maximum"] = spec.maximum
-    elif spec.kind == "strlist":
-        out = {"type": "array", "items": {"type": "string", "minLength": 1}}
-        if spec.min_items is not None:
-            out["minItems"] = spec.min_items
-        if spec.max_items is not None:
-            out["maxItems"] = spec.max_items
-    elif spec.kind == "object":
-        out = {"type": "object"}
-    elif spec.kind == "records":
-        assert spec.items is not None
-        out = {"type": "array", "items": _object_schema(spec.items)}
-    else:  # pragma: no cover - guarded by _check
-        raise AssertionError(spec.kind)
-    if spec.nullable:
-        out = {"anyOf": [out, {"type": "null"}]}
-    out["description"] = spec.doc
-    return out
-
-
-def _object_schema(specs: tuple[Field, ...]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {s.name: _field_schema(s) for s in specs},
-        "required": [s.name for s in specs if s.required],
-    }
-
-
 def json_schema(cls: type[Event]) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of one event type, derived from its field specs."""
-    schema = _object_schema(cls.FIELDS)
+    schema = object_schema(cls.FIELDS)
     schema["properties"]["schema_version"]["enum"] = sorted(SUPPORTED_SCHEMA_VERSIONS)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -7,7 +7,20 @@ import math
 import numpy as np
 import pytest
 
-from core.accuracy import TRUST_GRID, acc_at, best_weight, mape, regret, relative_errors, summary, top1
+from core.accuracy import (
+    TRUST_GRID,
+    acc_at,
+    best_weight,
+    hits,
+    is_hit,
+    mape,
+    regret,
+    relative_error,
+    relative_errors,
+    summary,
+    top1,
+    within,
+)
 
 
 def test_relative_errors_by_hand() -> None:
@@ -22,6 +35,43 @@ def test_acc_at_counts_boundary_as_hit_and_nan_as_miss() -> None:
     actual = [100.0, 100.0, 100.0, 100.0]
     assert acc_at(pred, actual, 0.10) == pytest.approx(2 / 4)
     assert acc_at(pred, actual, 0.20) == pytest.approx(3 / 4)
+
+
+def test_boundary_is_a_hit_even_when_the_division_rounds_up() -> None:
+    # |1.1 - 1.0| / 1.0 == 0.10000000000000009: ten percent off all the same
+    assert relative_error(1.1, 1.0) > 0.10
+    assert is_hit(1.1, 1.0, 0.10) and within(relative_error(1.1, 1.0), 0.10)
+    assert not is_hit(1.1 + 1e-9, 1.0, 0.10)
+    assert hits([1.1, 1.1 + 1e-9], [1.0, 1.0], 0.10).tolist() == [True, False]
+
+
+def test_scalar_and_array_hit_tests_agree() -> None:
+    rng = np.random.default_rng(3)
+    actual = rng.uniform(1.0, 1000.0, 2000)
+    # many predictions sitting on the 10% and 20% boundaries, a few missing or infinite
+    pred = actual * rng.choice([0.8, 0.9, 1.1, 1.2, 1.0], actual.size) + rng.choice([0.0, 1e-13, -1e-13], actual.size)
+    pred[::97] = np.nan
+    pred[::131] = np.inf
+    err = relative_errors(pred, actual)
+    for tol in (0.10, 0.20):
+        scalar = [is_hit(float(p), float(a), tol) for p, a in zip(pred, actual, strict=True)]
+        assert hits(pred, actual, tol).tolist() == scalar == within(err, tol).tolist()
+        assert acc_at(pred, actual, tol) == pytest.approx(np.mean(scalar))
+    scalar_err = np.array([relative_error(float(p), float(a)) for p, a in zip(pred, actual, strict=True)])
+    assert np.array_equal(scalar_err, err, equal_nan=True)
+
+
+def test_missing_or_infinite_prediction_is_a_miss() -> None:
+    assert math.isnan(relative_error(math.nan, 100.0))
+    assert math.isnan(relative_error(math.inf, 100.0))
+    assert not is_hit(math.nan, 100.0, 0.5)
+    assert hits([np.nan, np.inf, -np.inf, 100.0], 100.0, 0.5).tolist() == [False, False, False, True]
+
+
+def test_hits_broadcasts_a_matrix_against_a_column() -> None:
+    pred = np.array([[100.0, 111.0], [80.0, 95.0]])
+    actual = np.array([[100.0], [100.0]])
+    assert hits(pred, actual, 0.10).tolist() == [[True, False], [False, True]]
 
 
 def test_mape_excludes_nan_and_summary_flags_it() -> None:
@@ -47,6 +97,11 @@ def test_bad_actuals_rejected() -> None:
         acc_at([1.0], [0.0], 0.1)
     with pytest.raises(ValueError):
         acc_at([1.0, 2.0], [1.0], 0.1)
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError):
+            relative_error(1.0, bad)
+        with pytest.raises(ValueError):
+            hits([1.0], [bad], 0.1)
 
 
 def test_top1_and_regret_with_prices() -> None:

@@ -126,7 +126,6 @@ def test_config_comes_from_settings(tmp_path: Path) -> None:
     assert ArchiveConfig.from_settings(settings) == ArchiveConfig(tmp_path / "archive", 7, 1.5)
     assert ArchiveConfig.from_settings(Settings.from_env({"LEAP_ARCHIVE_DIR": str(tmp_path / "a")})) == \
         ArchiveConfig(tmp_path / "a")
-    assert ArchiveConfig.from_env(settings) == ArchiveConfig.from_settings(settings)
 
 
 def test_whole_tables_split_into_the_writers_day_folders(tmp_path: Path) -> None:

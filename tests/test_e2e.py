@@ -140,9 +140,10 @@ def _dead_letters_since(
     return found
 
 
-def test_end_to_end(settings: Settings, worker: WorkerProcess, rds: redis.Redis, run_id: str) -> None:
-    rng = random.Random(7)
-    finishes, subs = _events(run_id, rng)
+def _publish_order(
+    finishes: list[dict[str, Any]], bad_finishes: list[tuple[str, bytes, str]], rng: random.Random
+) -> list[dict[str, Any]]:
+    """The finishes as published: 5% late, 5% duplicated, the malformed ones mixed in (``_raw``)."""
     order = list(finishes)
     # 5% out of order: move events far later than their event time says
     late = rng.sample(range(len(order)), 100)
@@ -151,50 +152,62 @@ def test_end_to_end(settings: Settings, worker: WorkerProcess, rds: redis.Redis,
     # 5% duplicates, re-sent at random later positions
     for dup in rng.sample(finishes, 100):
         order.insert(rng.randrange(len(order) // 2, len(order)), dup)
-    bad_finishes = _malformed(run_id, "badfin", finishes[0], "throughput", 40)
-    bad_subs = _malformed(run_id, "badsub", subs[0], "params", 10)
     for bad in bad_finishes:
         order.insert(rng.randrange(len(order) + 1), {"_raw": bad})
-    since_ms = int(time.time() * 1000) - 1000
+    return order
 
-    with SchedulerClient(settings) as client:
-        for f in order:
-            if "_raw" in f:
-                client.publish_raw(JOB_FINISHES.name, f["_raw"][0], f["_raw"][1])
-            else:
-                client.publish_raw(JOB_FINISHES.name, f["job_key"], orjson.dumps(f))
-        client.flush()
 
-        expected_jobs, expected_aggs = _expected_state(finishes)
-        layout = KeyLayout(settings.key_prefix)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            actual = {job: _read_job(rds, layout.job(job)) for job in expected_jobs}
-            if actual == expected_jobs:
-                break
-            time.sleep(0.5)
-        assert actual == expected_jobs, worker.log_tail()
-        for agg, by_hw in expected_aggs.items():
-            kind, name = agg.split(":", 1)
-            key = layout.lookup_model(name) if kind == "m" else layout.lookup_family(name)
-            stored = {_text(k): _text(v).split(",") for k, v in rds.hgetall(key).items()}
-            assert {hw: (int(n), float(m)) for hw, (n, m) in stored.items()} == by_hw
+def _publish_finishes(client: SchedulerClient, order: list[dict[str, Any]]) -> None:
+    for f in order:
+        if "_raw" in f:
+            client.publish_raw(JOB_FINISHES.name, f["_raw"][0], f["_raw"][1])
+        else:
+            client.publish_raw(JOB_FINISHES.name, f["job_key"], orjson.dumps(f))
+    client.flush()
 
-        for i, s in enumerate(subs):
-            client.publish_raw(SUBMISSIONS.name, s["job_key"], orjson.dumps(s))
-            if i % 50 == 0:
-                key, value, _ = bad_subs[i // 50]
-                client.publish_raw(SUBMISSIONS.name, key, value)
-        client.flush()
-        wanted = {s["attempt_id"] for s in subs}
-        seen: list[Ranking] = []
-        deadline = time.monotonic() + 120
-        while len({r.attempt_id for r in seen}) < len(wanted) and time.monotonic() < deadline:
-            seen.extend(r for r, _ in client.rankings(timeout=1.0) if r.attempt_id in wanted)
-        # a little longer: a duplicate ranking would show up now
-        seen.extend(r for r, _ in client.rankings(timeout=2.0) if r.attempt_id in wanted)
 
-    assert len(seen) == 500 and {r.attempt_id for r in seen} == wanted
+def _assert_redis_state(
+    rds: redis.Redis, layout: KeyLayout, finishes: list[dict[str, Any]], worker: WorkerProcess
+) -> None:
+    """Wait (up to 120 s) for the job hashes to match the expectation, then check the lookups."""
+    expected_jobs, expected_aggs = _expected_state(finishes)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        actual = {job: _read_job(rds, layout.job(job)) for job in expected_jobs}
+        if actual == expected_jobs:
+            break
+        time.sleep(0.5)
+    assert actual == expected_jobs, worker.log_tail()
+    for agg, by_hw in expected_aggs.items():
+        kind, name = agg.split(":", 1)
+        key = layout.lookup_model(name) if kind == "m" else layout.lookup_family(name)
+        stored = {_text(k): _text(v).split(",") for k, v in rds.hgetall(key).items()}
+        assert {hw: (int(n), float(m)) for hw, (n, m) in stored.items()} == by_hw
+
+
+def _rank_submissions(
+    client: SchedulerClient, subs: list[dict[str, Any]], bad_subs: list[tuple[str, bytes, str]]
+) -> list[Ranking]:
+    """Publish the submissions (a malformed one every 50) and collect every ranking of them."""
+    for i, s in enumerate(subs):
+        client.publish_raw(SUBMISSIONS.name, s["job_key"], orjson.dumps(s))
+        if i % 50 == 0:
+            key, value, _ = bad_subs[i // 50]
+            client.publish_raw(SUBMISSIONS.name, key, value)
+    client.flush()
+    wanted = {s["attempt_id"] for s in subs}
+    seen: list[Ranking] = []
+    deadline = time.monotonic() + 120
+    while len({r.attempt_id for r in seen}) < len(wanted) and time.monotonic() < deadline:
+        seen.extend(r for r, _ in client.rankings(timeout=1.0) if r.attempt_id in wanted)
+    # a little longer: a duplicate ranking would show up now
+    seen.extend(r for r, _ in client.rankings(timeout=2.0) if r.attempt_id in wanted)
+    return seen
+
+
+def _assert_rankings(seen: list[Ranking], subs: list[dict[str, Any]]) -> None:
+    """Exactly one ranking per submission, each of its own candidates and submission."""
+    assert len(seen) == 500 and {r.attempt_id for r in seen} == {s["attempt_id"] for s in subs}
     by_attempt = {r.attempt_id: r for r in seen}
     for s in subs:
         ranking = by_attempt[s["attempt_id"]]
@@ -202,12 +215,33 @@ def test_end_to_end(settings: Settings, worker: WorkerProcess, rds: redis.Redis,
         assert ranking.best_hardware in s["candidates"]
         assert ranking.submission_event_id == s["event_id"]
 
-    expected_letters = {key: reason for key, _, reason in bad_finishes + bad_subs}
+
+def _assert_dead_letters(settings: Settings, since_ms: int, bad: list[tuple[str, bytes, str]]) -> None:
+    """Every malformed message dead-lettered, with its reason and its bytes."""
+    expected_letters = {key: reason for key, _, reason in bad}
     letters = _dead_letters_since(settings, since_ms, set(expected_letters))
     assert set(letters) == set(expected_letters)
-    raw_by_key = {key: value for key, value, _ in bad_finishes + bad_subs}
+    raw_by_key = {key: value for key, value, _ in bad}
     for key, letter in letters.items():
         assert letter.reason == expected_letters[key], letter.error
         assert letter.error
         assert letter.source_topic in (JOB_FINISHES.name, SUBMISSIONS.name)
         assert base64.b64decode(letter.raw_base64 or "") == raw_by_key[key]
+
+
+def test_end_to_end(settings: Settings, worker: WorkerProcess, rds: redis.Redis, run_id: str) -> None:
+    rng = random.Random(7)
+    finishes, subs = _events(run_id, rng)
+    # _malformed draws nothing from rng, so the publish order is the same as if built first
+    bad_finishes = _malformed(run_id, "badfin", finishes[0], "throughput", 40)
+    bad_subs = _malformed(run_id, "badsub", subs[0], "params", 10)
+    order = _publish_order(finishes, bad_finishes, rng)
+    since_ms = int(time.time() * 1000) - 1000
+
+    with SchedulerClient(settings) as client:
+        _publish_finishes(client, order)
+        _assert_redis_state(rds, KeyLayout(settings.key_prefix), finishes, worker)
+        seen = _rank_submissions(client, subs, bad_subs)
+
+    _assert_rankings(seen, subs)
+    _assert_dead_letters(settings, since_ms, bad_finishes + bad_subs)

@@ -9,12 +9,14 @@ import jsonschema
 import orjson
 import pytest
 
+from streams.contract import Field
 from streams.events import (
     EVENT_TYPES,
     MAX_EVENT_BYTES,
     Event,
     EventError,
     JobFinish,
+    Ranking,
     Submission,
     json_schema,
 )
@@ -92,6 +94,23 @@ def test_completed_finish_needs_throughput_but_failed_may_not() -> None:
 def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
     sub = Submission.from_dict(submission_dict("j", 1, added_later="x"))
     assert "added_later" not in sub.to_dict()
+
+
+def test_nested_record_errors_name_the_item() -> None:
+    good = {"schema_version": 1, "event_id": "e", "event_time": 1.7e9, "job_key": "j", "attempt_id": "a",
+            "submission_event_id": "s", "submission_time": 1.7e9, "model_version": "m", "best_hardware": None,
+            "features_used": {}, "latency_ms": 1.0, "candidates": [{"hardware": "H100-SXM", "rank": None}]}
+    with pytest.raises(EventError) as err:
+        Ranking.from_dict(good)
+    assert err.value.reason == "missing_field"
+    assert "ranking.candidates[0].predicted_throughput" in str(err.value)
+
+
+def test_a_spec_with_an_unknown_kind_is_rejected_when_written() -> None:
+    with pytest.raises(AssertionError, match="unknown field kind"):
+        Field("x", "decimal", "A kind nothing can validate.")
+    with pytest.raises(AssertionError, match="records"):
+        Field("x", "records", "Records without item specs.")
 
 
 @pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.NAME)

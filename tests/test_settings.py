@@ -84,3 +84,17 @@ def test_no_leap_variable_is_read_outside_settings() -> None:
         if read.search(line)
     ]
     assert not offenders, offenders
+
+
+def test_to_env_round_trips_through_from_env(tmp_path: Path) -> None:
+    env = {
+        "LEAP_KAFKA_BOOTSTRAP": "k1:9092,k2:9092", "LEAP_REDIS_URL": "rediss://u:p@r:6380/1",
+        "LEAP_HOME": str(tmp_path), "LEAP_KEY_PREFIX": "blue", "LEAP_PRICES_FILE": str(tmp_path / "p.csv"),
+        "LEAP_ARCHIVE_DIR": str(tmp_path / "a"), "LEAP_ARCHIVE_FLUSH_EVENTS": "7",
+        "LEAP_ARCHIVE_FLUSH_SECONDS": "1.5", "LEAP_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "LEAP_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "LEAP_KAFKA_SASL_USERNAME": "leap",
+        "LEAP_KAFKA_SASL_PASSWORD": "secret", "LEAP_KAFKA_SSL_CAFILE": "/ca.pem",
+    }
+    settings = Settings.from_env(env)
+    assert settings.to_env() == env
+    assert Settings.from_env(settings.to_env()) == settings
