@@ -30,7 +30,7 @@ from services.processes import (
     log_tail,
     owned_pid,
     pid_alive,
-    port_open,
+    refuse_taken_ports,
     services_dir,
     spawn,
     stop_owned,
@@ -377,12 +377,8 @@ def start_local_kafka(settings: Settings, step: Step) -> tuple[str, int | None]:
     pid = local_kafka_pid(settings)
     if pid is not None:
         return "running", pid
-    for port in (LOCAL_KAFKA_PORT, LOCAL_KAFKA_CONTROLLER_PORT):
-        if port_open(port):
-            raise ServiceError(
-                f"port {HOST}:{port} is taken by a process that `leap services` did not start "
-                f"(pid file {pidfile}). Stop it, or set LEAP_KAFKA_BOOTSTRAP to use that cluster."
-            )
+    refuse_taken_ports((LOCAL_KAFKA_PORT, LOCAL_KAFKA_CONTROLLER_PORT), pidfile,
+                       "set LEAP_KAFKA_BOOTSTRAP to use that cluster")
     java = _java()
     kafka_dir.mkdir(parents=True, exist_ok=True)
     libs = _ensure_kafka_jars(kafka_dir, step)

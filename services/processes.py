@@ -196,3 +196,23 @@ def spawn(cmd: list[str], cwd: Path, out: Path, env: dict[str, str] | None = Non
         )
     _CHILDREN.append(proc)
     return proc.pid
+
+
+def refuse_taken_ports(ports: tuple[int, ...], pidfile: Path, use_instead: str) -> None:
+    """Raise if a port a local service needs is held by a process ``leap services`` did not start.
+
+    Parameters
+    ----------
+    ports
+        Loopback ports the service listens on.
+    pidfile
+        The service's pid file, named in the message so the user can check it.
+    use_instead
+        How to use the process that holds the port instead, e.g. ``"set LEAP_REDIS_URL to use that server"``.
+    """
+    for port in ports:
+        if port_open(port):
+            raise ServiceError(
+                f"port {HOST}:{port} is taken by a process that `leap services` did not start "
+                f"(pid file {pidfile}). Stop it, or {use_instead}."
+            )

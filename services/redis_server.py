@@ -19,7 +19,7 @@ from services.processes import (
     log_tail,
     owned_pid,
     pid_alive,
-    port_open,
+    refuse_taken_ports,
     services_dir,
     spawn,
     stop_owned,
@@ -131,11 +131,7 @@ def start_local_redis(settings: Settings, step: Step) -> tuple[str, int | None]:
     pid = local_redis_pid(settings)
     if pid is not None:
         return "running", pid
-    if port_open(LOCAL_REDIS_PORT):
-        raise ServiceError(
-            f"port {HOST}:{LOCAL_REDIS_PORT} is taken by a process that `leap services` did not start "
-            f"(pid file {pidfile}). Stop it, or set LEAP_REDIS_URL to use that server."
-        )
+    refuse_taken_ports((LOCAL_REDIS_PORT,), pidfile, "set LEAP_REDIS_URL to use that server")
     binary = redis_server_binary()
     if binary is None:
         raise ServiceError(
