@@ -41,7 +41,8 @@ def _raw_read(store: FeatureStore, subs: Sequence[Submission]) -> list[Any]:
     for sub in subs:
         pipe.hgetall(lay.job(sub.job_key))
         pipe.hgetall(lay.lookup_model(sub.model_type))
-        pipe.hgetall(lay.lookup_family(sub.family))
+        if sub.family is not None:
+            pipe.hgetall(lay.lookup_family(sub.family))
     return list(pipe.execute())
 
 

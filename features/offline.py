@@ -98,6 +98,8 @@ class OfflineFeatureState:
         win.insert(entry)
         win.n += 1
         for kind, table, name in ((0, self.models, ev.model_type), (1, self.families, ev.family)):
+            if name is None:  # a finish of unknown family feeds no family aggregate
+                continue
             agg = table[name].setdefault(hw, _Window(LOOKUP_WINDOW))
             inserted, kept = agg.insert(entry)
             if inserted and kept:
@@ -136,7 +138,7 @@ class OfflineFeatureState:
         return FeatureSnapshot.of(
             prior,
             self._lookups(0, self.models, sub.model_type),
-            self._lookups(1, self.families, sub.family),
+            self._lookups(1, self.families, sub.family) if sub.family is not None else {},
             counters,
         )
 

@@ -96,8 +96,19 @@ def _lookup_log(table: dict[str, LookupStat], hw: str) -> float:
 
 
 def flops_per_sample(sub: Submission) -> float:
-    """Training FLOPs per sample, ~6 x parameters x tokens (input size for non-token models)."""
+    """Training FLOPs per sample, ~6 x parameters x tokens (input size for non-token models);
+    NaN when the submission does not say its parameter count or sequence length."""
+    if sub.params is None or sub.seq_len is None:
+        return NAN
     return 6.0 * sub.params * sub.seq_len
+
+
+def _number(value: float | None) -> float:
+    return NAN if value is None else float(value)
+
+
+#: Category of a configuration field the submission leaves out (unknown is a value, not a guess).
+UNKNOWN = "unknown"
 
 
 # ---------------------------------------------------------------------- columns of a whole batch
@@ -232,18 +243,18 @@ def row_dicts(
 def _config_columns(sub: Submission, snap: FeatureSnapshot) -> dict[str, Any]:
     """The columns every candidate of a submission shares: its configuration and attempt counts."""
     return {
-        "log_params": math.log(sub.params),
+        "log_params": _log(sub.params),
         "log_batch": math.log(sub.global_batch_size),
-        "log_seq": math.log(sub.seq_len),
+        "log_seq": _log(sub.seq_len),
         "log_accelerators": math.log(sub.num_accelerators),
-        "data_parallel": float(sub.data_parallel),
-        "tensor_parallel": float(sub.tensor_parallel),
-        "pipeline_parallel": float(sub.pipeline_parallel),
-        "precision_bits": _PRECISION_BITS[sub.precision],
-        "log_flops_per_sample": math.log(flops_per_sample(sub)),
+        "data_parallel": _number(sub.data_parallel),
+        "tensor_parallel": _number(sub.tensor_parallel),
+        "pipeline_parallel": _number(sub.pipeline_parallel),
+        "precision_bits": _PRECISION_BITS[sub.precision] if sub.precision is not None else NAN,
+        "log_flops_per_sample": _log(flops_per_sample(sub)),
         "model_type": sub.model_type,
-        "family": sub.family,
-        "framework": sub.framework,
+        "family": sub.family if sub.family is not None else UNKNOWN,
+        "framework": sub.framework if sub.framework is not None else UNKNOWN,
         "prior_any_n": float(sum(p.n for p in snap.prior.values())),
         "attempts": float(snap.starts),
         "failed": float(snap.failed),

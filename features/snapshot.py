@@ -8,7 +8,7 @@ what makes served rows and training rows the same.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -56,6 +56,14 @@ class FeatureSnapshot:
         a counter the store declares but this class lacks fails here instead of being dropped.
         """
         return cls(prior=prior, lookup_model=lookup_model, lookup_family=lookup_family, **counts)
+
+    def with_aggregates_of(self, other: FeatureSnapshot) -> FeatureSnapshot:
+        """This job's own features with ``other``'s cross-job aggregates (lookup medians).
+
+        An evaluation that must not let a held-out job see other held-out jobs builds the job's
+        features from its own events and the aggregates from the training jobs' events only.
+        """
+        return replace(self, lookup_model=other.lookup_model, lookup_family=other.lookup_family)
 
     def to_json(self) -> dict[str, Any]:
         """Compact form recorded in rankings (``features_used``)."""

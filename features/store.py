@@ -96,6 +96,7 @@ class FeatureStore:
             return []
         pipe = self.client.pipeline(transaction=False)
         lay = self.layout
+        counts: list[int] = []  # pipeline replies per event (its own script, then its aggregates)
         for ev in events:
             eid, hw, t = packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time)
             value = "" if ev.throughput is None else num(per_accelerator(ev.throughput, ev.num_accelerators))
@@ -104,16 +105,26 @@ class FeatureStore:
                 args=[eid, t, hw, value, counter_field(ev.outcome), JOB_WINDOW, SEEN_TTL_S],
                 client=pipe,
             )
+            calls = 1
             if value:
-                for agg in (lay.lookup_model(ev.model_type), lay.lookup_family(ev.family)):
+                for agg in self._aggregates(ev):
                     self._lookup(keys=[agg, lay.window_of(agg)], args=[eid, t, hw, value, LOOKUP_WINDOW],
                                  client=pipe)
+                    calls += 1
+            counts.append(calls)
         results = pipe.execute()
         applied, i = [], 0
-        for ev in events:
+        for calls in counts:
             applied.append(int(results[i]))
-            i += 1 if ev.throughput is None else 3
+            i += calls
         return applied
+
+    def _aggregates(self, ev: JobFinish) -> list[str]:
+        """The lookup aggregates a measured finish feeds: its model type, and its family if known."""
+        keys = [self.layout.lookup_model(ev.model_type)]
+        if ev.family is not None:
+            keys.append(self.layout.lookup_family(ev.family))
+        return keys
 
     def apply_starts(self, events: Sequence[JobStart]) -> list[int]:
         """Apply start events in one round trip; returns 1 per applied event, 0 per duplicate."""
@@ -137,7 +148,7 @@ class FeatureStore:
             return []
         # A batch shares model types and families: fetch and parse each aggregate once.
         models = list(dict.fromkeys(s.model_type for s in submissions))
-        families = list(dict.fromkeys(s.family for s in submissions))
+        families = list(dict.fromkeys(s.family for s in submissions if s.family is not None))
         pipe = self.client.pipeline(transaction=False)
         for sub in submissions:
             pipe.hgetall(self.layout.job(sub.job_key))
@@ -149,7 +160,8 @@ class FeatureStore:
         n, m = len(submissions), len(models)
         by_model = {name: _parse_lookup(raw[n + i]) for i, name in enumerate(models)}
         by_family = {name: _parse_lookup(raw[n + m + i]) for i, name in enumerate(families)}
-        return [parse_snapshot(raw[i], by_model[s.model_type], by_family[s.family]) for i, s in enumerate(submissions)]
+        return [parse_snapshot(raw[i], by_model[s.model_type], by_family.get(s.family, {}) if s.family else {})
+                for i, s in enumerate(submissions)]
 
     def delete_all(self) -> int:
         """Delete every key under this layout's prefix (replays into a scratch prefix use it)."""

@@ -320,5 +320,6 @@ class Fleet:
             throughput=thr if bool(d.measured[0]) else None,
             accelerator_hours=sub.num_accelerators * seconds / 3600.0,
             outcome=OUTCOME_NAMES[int(d.outcome[0])], start_time=start,
+            global_batch_size=sub.global_batch_size, precision=sub.precision,
         )
         return RunResult(js, jf)

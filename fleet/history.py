@@ -291,6 +291,9 @@ def _finish_columns(h: History, labels: dict[str, np.ndarray]) -> dict[str, Any]
         "accelerator_hours": h.jobs.cfg.n[h.job] * (h.finish_time - h.start_time) / 3600.0,
         "outcome": np.array(OUTCOME_NAMES, dtype=object)[h.outcome],
         "start_time": h.start_time,
+        # the attempt's own configuration, which a job may change between attempts
+        "global_batch_size": h.jobs.cfg.batch[h.job].astype(np.int64),
+        "precision": np.array(PRECISIONS, dtype=object)[h.jobs.cfg.precision[h.job]],
     }
 
 

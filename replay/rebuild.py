@@ -116,7 +116,8 @@ def replay_events(reader: Reader, store: FeatureStore | None, jobs: Sequence[str
         seen_jobs.add(ev.job_key)
         if isinstance(ev, JobFinish) and ev.throughput is not None:  # only measured finishes feed lookups
             models.add(ev.model_type)
-            families.add(ev.family)
+            if ev.family is not None:
+                families.add(ev.family)
         batcher.add(ev)
     batcher.flush()
     result.seconds["replay"] = time.perf_counter() - began

@@ -12,6 +12,7 @@ second summed over all accelerators of the attempt.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
@@ -46,16 +47,24 @@ SUBMISSION_FIELDS: tuple[Field, ...] = (
     *COMMON_FIELDS,
     Field("attempt_id", "str", "Names this attempt of the job.", max_len=ID_LEN),
     Field("model_type", "str", "Model type, e.g. 'llama-7b'.", max_len=ID_LEN),
-    Field("family", "str", "Model family, e.g. 'dense_lm', 'moe', 'vision_cnn'.", max_len=64),
-    Field("params", "float", "Parameter count.", exclusive_minimum=0),
+    Field("family", "str", "Model family, e.g. 'dense_lm', 'moe', 'vision_cnn'; null or absent: unknown.",
+          max_len=64, required=False, nullable=True),
+    Field("params", "float", "Parameter count; null or absent: unknown.", exclusive_minimum=0, required=False,
+          nullable=True),
     Field("global_batch_size", "int", "Global batch size in samples.", minimum=1),
-    Field("seq_len", "int", "Sequence length (tokens) or input size (pixels per side).", minimum=1),
-    Field("precision", "str", "Training precision.", choices=PRECISIONS),
+    Field("seq_len", "int", "Sequence length (tokens) or input size (pixels per side); null or absent: unknown.",
+          minimum=1, required=False, nullable=True),
+    Field("precision", "str", "Training precision; null or absent: unknown.", choices=PRECISIONS, required=False,
+          nullable=True),
     Field("num_accelerators", "int", "Accelerators the attempt asks for.", minimum=1, maximum=65536),
-    Field("data_parallel", "int", "Data-parallel degree.", minimum=1),
-    Field("tensor_parallel", "int", "Tensor-parallel degree.", minimum=1),
-    Field("pipeline_parallel", "int", "Pipeline-parallel degree.", minimum=1),
-    Field("framework", "str", "Training framework, e.g. 'pytorch', 'jax'.", max_len=64),
+    Field("data_parallel", "int", "Data-parallel degree; null or absent: unknown.", minimum=1, required=False,
+          nullable=True),
+    Field("tensor_parallel", "int", "Tensor-parallel degree; null or absent: unknown.", minimum=1, required=False,
+          nullable=True),
+    Field("pipeline_parallel", "int", "Pipeline-parallel degree; null or absent: unknown.", minimum=1,
+          required=False, nullable=True),
+    Field("framework", "str", "Training framework, e.g. 'pytorch', 'jax'; null or absent: unknown.", max_len=64,
+          required=False, nullable=True),
     Field(
         "candidates", "strlist", "Candidate hardware types to rank.", min_items=1, max_items=64
     ),
@@ -73,7 +82,7 @@ START_FIELDS: tuple[Field, ...] = (
     *COMMON_FIELDS,
     Field("attempt_id", "str", "Names this attempt of the job.", max_len=ID_LEN),
     Field("model_type", "str", "Model type.", max_len=ID_LEN),
-    Field("family", "str", "Model family.", max_len=64),
+    Field("family", "str", "Model family; null or absent: unknown.", max_len=64, required=False, nullable=True),
     Field("hardware", "str", "Hardware type the attempt was placed on.", max_len=64),
     Field("num_accelerators", "int", "Accelerators used.", minimum=1, maximum=65536),
 )
@@ -90,6 +99,10 @@ FINISH_FIELDS: tuple[Field, ...] = (
     Field("accelerator_hours", "float", "Accelerator-hours the attempt used.", minimum=0),
     Field("outcome", "str", "How the attempt ended.", choices=OUTCOMES),
     Field("start_time", "float", "When the attempt started, Unix seconds.", exclusive_minimum=0),
+    Field("global_batch_size", "int", "Global batch size the attempt ran with; null or absent: unknown.", minimum=1,
+          required=False, nullable=True),
+    Field("precision", "str", "Precision the attempt ran with; null or absent: unknown.", choices=PRECISIONS,
+          required=False, nullable=True),
 )
 
 CANDIDATE_FIELDS: tuple[Field, ...] = (
@@ -219,22 +232,23 @@ class Submission(Event):
     job_key: str
     attempt_id: str
     model_type: str
-    family: str
-    params: float
+    family: str | None
+    params: float | None
     global_batch_size: int
-    seq_len: int
-    precision: str
+    seq_len: int | None
+    precision: str | None
     num_accelerators: int
-    data_parallel: int
-    tensor_parallel: int
-    pipeline_parallel: int
-    framework: str
+    data_parallel: int | None
+    tensor_parallel: int | None
+    pipeline_parallel: int | None
+    framework: str | None
     candidates: tuple[str, ...]
     requested_hardware: str | None = None
 
     def _check_rules(self) -> None:
-        degree = self.data_parallel * self.tensor_parallel * self.pipeline_parallel
-        if degree != self.num_accelerators:
+        parallel = (self.data_parallel, self.tensor_parallel, self.pipeline_parallel)
+        degree = None if None in parallel else math.prod(p for p in parallel if p is not None)
+        if degree is not None and degree != self.num_accelerators:
             raise EventError(
                 "inconsistent",
                 f"submission: data_parallel x tensor_parallel x pipeline_parallel = {degree} "
@@ -253,7 +267,7 @@ class JobStart(Event):
     job_key: str
     attempt_id: str
     model_type: str
-    family: str
+    family: str | None
     hardware: str
     num_accelerators: int
 
@@ -267,13 +281,15 @@ class JobFinish(Event):
     job_key: str
     attempt_id: str
     model_type: str
-    family: str
+    family: str | None
     hardware: str
     num_accelerators: int
     throughput: float | None
     accelerator_hours: float
     outcome: str
     start_time: float
+    global_batch_size: int | None = None
+    precision: str | None = None
 
     def _check_rules(self) -> None:
         if self.outcome == "completed" and self.throughput is None:

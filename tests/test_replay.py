@@ -255,7 +255,7 @@ def test_rerank_shadow_report(settings: Settings, worker: WorkerProcess, rds: re
     for j, sub in enumerate(subs):
         hw = CANDIDATES[j % 4]
         done = finish_dict(sub.job_key, f"{run_id}-done{j}", T0 + 20_000 + j, hw, SPEED[hw] * 8 * (1 + j % 3) / 2,
-                           model_type=sub.model_type, family=sub.family)
+                           model_type=sub.model_type, family=sub.family or "dense_lm")
         outcomes.append(done | {"attempt_id": sub.attempt_id})
     publish(settings, JOB_FINISHES.name, outcomes)
 

@@ -52,6 +52,7 @@ def test_the_all_reduce_spans_every_accelerator_and_the_tensor_exchange_its_rank
     assert h100 is not None and h100.node_size == 8
     rows = build_rows(sub, FeatureSnapshot(), ["H100-SXM"], CAT)
     terms, per_acc = step_terms(rows)
+    assert sub.params is not None and sub.tensor_parallel is not None and sub.seq_len is not None
     local_params = sub.params / sub.tensor_parallel
     allreduce = 2.0 * (2 - 1) / 2 * 2.0 * local_params / (h100.scale_out_gbps * 1e9)
     tensor = per_acc[0] * sub.seq_len / 8 / (h100.interconnect_gbps * 0.5e9)

@@ -140,3 +140,29 @@ def test_moving_rows_keeps_the_jobs_history() -> None:
     assert list(moved["hardware"]) == ["H100-SXM", "A100-80GB"]
     np.testing.assert_array_equal(moved["prior_same_log"], rows["prior_same_log"])
     np.testing.assert_array_equal(moved["spec_ratio_peak"], rows["spec_ratio_peak"])
+
+
+def test_a_submission_that_leaves_out_its_configuration_gets_missing_values_not_guesses() -> None:
+    unknown = ("family", "params", "seq_len", "precision", "data_parallel", "tensor_parallel",
+               "pipeline_parallel", "framework")
+    sub = submission("j", 1, **dict.fromkeys(unknown))
+    rows = build_rows(sub, FeatureSnapshot(), ["H100-SXM", "A100-80GB"], CAT)
+    for col in ("log_params", "log_seq", "data_parallel", "tensor_parallel", "pipeline_parallel", "precision_bits",
+                "log_flops_per_sample", "log_roofline", "log_step_compute", "log_step_estimate"):
+        assert np.isnan(rows[col]).all(), col
+    assert rows["family"].tolist() == ["unknown", "unknown"] and rows["framework"].tolist() == ["unknown", "unknown"]
+    assert (rows["log_batch"] == math.log(512)).all() and (rows["peak_tflops"] > 0).all()
+
+
+def test_unknown_family_feeds_no_family_aggregate_in_either_store(rds: redis.Redis, run_id: str) -> None:
+    store = FeatureStore(rds, KeyLayout(f"fam-{run_id}"), canonicalize=CAT.canonical)
+    twin = OfflineFeatureState(CAT.canonical)
+    ev = finish("j", "e1", T0, "H100-SXM", 800.0).__class__.from_dict(
+        {**finish("j", "e1", T0, "H100-SXM", 800.0).to_dict(), "family": None})
+    try:
+        assert store.apply_finishes([ev]) == [1] and twin.apply_finish(ev)
+        sub = submission("j", 2, family=None)
+        assert store.read([sub]) == [twin.snapshot(sub)]
+        assert store.read([sub])[0].lookup_family == {} and store.read([sub])[0].lookup_model["H100-SXM"].n == 1
+    finally:
+        store.delete_all()

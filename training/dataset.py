@@ -22,8 +22,8 @@ import pyarrow.dataset as ds
 from core.hardware import Catalogue
 from features.offline import OfflineFeatureState
 from features.rows import Rows, build_rows, row_dicts, to_columns
-from streams.archive import drop_duplicate_events
-from streams.events import JobFinish, JobStart, Submission
+from streams.archive import arrow_schema, drop_duplicate_events
+from streams.events import Event, JobFinish, JobStart, Submission
 
 DAY = 86400.0
 TABLES = ("submissions", "starts", "finishes")
@@ -50,8 +50,11 @@ class History:
         return float(np.floor(np.max(self.submissions.column("event_time").to_numpy()) / DAY) * DAY)
 
 
-def _read(folder: Path) -> pa.Table:
-    table = ds.dataset(folder, format="parquet", partitioning="hive").to_table()
+def _read(folder: Path, cls: type[Event] | None = None) -> pa.Table:
+    """One table of the archive; with an event class, in its current schema: part files written
+    before an optional column existed read that column as null instead of deciding the schema."""
+    schema = arrow_schema(cls).append(pa.field("day", pa.string())) if cls is not None else None
+    table = ds.dataset(folder, format="parquet", partitioning="hive", schema=schema).to_table()
     # The live archive is at-least-once: an event replayed after a crash is stored twice.
     return drop_duplicate_events(table.drop_columns([c for c in ("day",) if c in table.column_names]))
 
@@ -69,8 +72,8 @@ def read_history(folder: Path, with_oracle: bool = True) -> History:
             digest.update(str(path.relative_to(folder)).encode())
             digest.update(str(path.stat().st_size).encode())
     oracle = _read(folder / "oracle") if with_oracle and (folder / "oracle").is_dir() else None
-    return History(_read(folder / "submissions"), _read(folder / "starts"), _read(folder / "finishes"),
-                   oracle, digest.hexdigest()[:16])
+    return History(_read(folder / "submissions", Submission), _read(folder / "starts", JobStart),
+                   _read(folder / "finishes", JobFinish), oracle, digest.hexdigest()[:16])
 
 
 @dataclass
