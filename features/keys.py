@@ -16,6 +16,8 @@ from dataclasses import dataclass
 JOB_WINDOW = 8
 #: Newest observations kept per (model type or family, hardware) for the lookup median.
 LOOKUP_WINDOW = 64
+#: Newest paired-ratio observations kept per (level, hardware pair).
+PAIR_WINDOW = 32
 #: Seconds a job's de-duplication set lives after its last write.
 SEEN_TTL_S = 90 * 24 * 3600
 
@@ -38,6 +40,11 @@ class KeyLayout:
         """Set of event ids already applied to this job."""
         return f"{self.prefix}:job:{{{job_key}}}:seen"
 
+    def job_outbox(self, job_key: str) -> str:
+        """Hash: finish event id -> the paired-ratio observations it yielded (so that a redelivered
+        finish sends the same observations again, and the aggregates drop them as duplicates)."""
+        return f"{self.prefix}:job:{{{job_key}}}:pairs"
+
     def lookup_model(self, model_type: str) -> str:
         """Hash: field per hardware -> :data:`~features.layout.LOOKUP_FIELD` of a model type."""
         return f"{self.prefix}:lookup:{{m:{model_type}}}"
@@ -45,6 +52,15 @@ class KeyLayout:
     def lookup_family(self, family: str) -> str:
         """Hash: field per hardware -> :data:`~features.layout.LOOKUP_FIELD` of a model family."""
         return f"{self.prefix}:lookup:{{f:{family}}}"
+
+    def pairs(self, level: str, name: str | None) -> str:
+        """Hash: hardware pair field -> packed window of paired-ratio observations at one level
+        (``model``: of a model type, ``family``: of a family, ``all``: of every job; ``name`` names
+        the model type or family)."""
+        if level == "all":
+            return f"{self.prefix}:pairs:{{all}}"
+        tag = {"model": "m", "family": "f"}[level]
+        return f"{self.prefix}:pairs:{{{tag}:{name}}}"
 
     @staticmethod
     def window_of(key: str) -> str:

@@ -16,11 +16,22 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from features.keys import JOB_WINDOW, LOOKUP_WINDOW
+from features.keys import JOB_WINDOW, LOOKUP_WINDOW, PAIR_WINDOW
 from features.layout import STARTS, packable_id
+from features.pairs import (
+    Observation,
+    finish_coordinates,
+    observations,
+    pair_levels,
+    stored_values,
+    submission_coordinates,
+    summarise_pairs,
+    unpack_value,
+    wanted_pairs,
+)
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from features.store import per_accelerator
 from streams.events import JobFinish, JobStart, Submission
@@ -65,6 +76,25 @@ class _Window:
 
 
 @dataclass
+class _PairWindow:
+    """A pair field's window: entries ``(time, id, parsed observation)``, ordered as window.lua orders them."""
+
+    entries: list[tuple[float, str, Observation]] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+
+    def insert(self, time: float, eid: str, value: Observation) -> None:
+        if eid in self.ids:
+            return
+        bisect.insort(self.entries, (time, eid, value), key=lambda e: (e[0], e[1]))
+        self.ids.add(eid)
+        while len(self.entries) > PAIR_WINDOW:
+            self.ids.discard(self.entries.pop(0)[1])
+
+    def observed(self) -> list[Observation]:
+        return [e[2] for e in self.entries]
+
+
+@dataclass
 class _Job:
     seen: set[str] = field(default_factory=set)
     windows: dict[str, _Window] = field(default_factory=dict)
@@ -79,6 +109,7 @@ class OfflineFeatureState:
         self.jobs: dict[str, _Job] = defaultdict(_Job)
         self.models: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.families: dict[str, dict[str, _Window]] = defaultdict(dict)
+        self.pairs: dict[tuple[str, str | None], dict[str, _PairWindow]] = defaultdict(dict)
         # Snapshots are immutable, so a model type's lookup dict is shared until it changes.
         self._lookup_cache: dict[tuple[int, str], dict[str, LookupStat]] = {}
 
@@ -94,6 +125,7 @@ class OfflineFeatureState:
             return True
         hw = self._hw(ev.hardware)
         entry = (ev.event_time, eid, per_accelerator(ev.throughput, ev.num_accelerators))
+        self._add_pairs(ev, eid, hw, job, entry[2])
         win = job.windows.setdefault(hw, _Window(JOB_WINDOW))
         win.insert(entry)
         win.n += 1
@@ -106,6 +138,17 @@ class OfflineFeatureState:
                 agg.n += 1
                 self._lookup_cache.pop((kind, name), None)
         return True
+
+    def _add_pairs(self, ev: JobFinish, eid: str, hw: str, job: _Job, value: float) -> None:
+        """The paired-ratio observations of a finish, as ``job_finish.lua`` and ``pair.lua`` add them."""
+        observed = observations(_priors(job), hw, value)
+        if not observed:
+            return
+        levels = pair_levels(ev.model_type, ev.family)
+        for pair, stored in stored_values(hw, observed, finish_coordinates(ev)):
+            parsed = unpack_value(stored)
+            for level in levels:
+                self.pairs[level].setdefault(pair, _PairWindow()).insert(ev.event_time, eid, parsed)
 
     def apply_start(self, ev: JobStart) -> bool:
         """Count a start as ``job_start.lua`` does; False for a duplicate."""
@@ -125,21 +168,41 @@ class OfflineFeatureState:
             self._lookup_cache[(kind, name)] = cached
         return cached
 
-    def snapshot(self, sub: Submission) -> FeatureSnapshot:
-        """What :meth:`features.store.FeatureStore.read` would return for ``sub`` now."""
-        job = self.jobs.get(sub.job_key)
-        prior: dict[str, PriorStat] = {}
-        counters: dict[str, int] = {}
-        if job is not None:
-            counters = job.counters
-            for hw, win in job.windows.items():
-                newest = win.entries[-1]
-                prior[hw] = PriorStat(win.n, newest[0], newest[2], win.median())
+    def snapshot(self, sub: Submission, candidates: Sequence[str] | None = None,
+                 job_source: OfflineFeatureState | None = None) -> FeatureSnapshot:
+        """What :meth:`features.store.FeatureStore.read` would return for ``sub`` now.
+
+        Parameters
+        ----------
+        sub
+            The submission.
+        candidates
+            The candidates whose rows will be built (default all of ``sub``'s): paired ratios are
+            summarised only for these, as summarising is the costly part of a snapshot.
+        job_source
+            Take the job's own features (priors, counters) from this state instead, keeping the
+            cross-job aggregates (lookup medians, paired ratios) of this one: an evaluation that
+            must not let a held-out job see other held-out jobs replays each into its own state.
+        """
+        job = (job_source or self).jobs.get(sub.job_key)
+        prior = _priors(job) if job is not None else {}
+        want = wanted_pairs(prior, [self._hw(c) for c in (sub.candidates if candidates is None else candidates)])
+        levels = pair_levels(sub.model_type, sub.family) if want else []
+        windows = {level: {f: w.observed() for f, w in self.pairs.get((level, name), {}).items()}
+                   for level, name in levels}
         return FeatureSnapshot.of(
             prior,
             self._lookups(0, self.models, sub.model_type),
             self._lookups(1, self.families, sub.family) if sub.family is not None else {},
-            counters,
+            job.counters if job is not None else {},
+            summarise_pairs(want, windows, submission_coordinates(sub)),
         )
 
 
+def _priors(job: _Job) -> dict[str, PriorStat]:
+    """A job's prior throughput per hardware, as the store's job hash holds it."""
+    out = {}
+    for hw, win in job.windows.items():
+        newest = win.entries[-1]
+        out[hw] = PriorStat(win.n, newest[0], newest[2], win.median())
+    return out

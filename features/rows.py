@@ -14,7 +14,10 @@ Columns, by group (the drivers report ablates the groups):
   job's roofline on it (:data:`DERIVED_COLUMNS`, :mod:`features.roofline`) and its specs
   relative to the job's prior hardware (:data:`PAIR_COLUMNS`);
 - ``prior``: the job's own measured throughput, on the candidate and on other hardware;
-- ``lookup``: model-type and family medians per hardware (the lookup table's knowledge).
+- ``lookup``: model-type and family medians per hardware (the lookup table's knowledge);
+- ``paired``: how much faster other jobs that ran on both the candidate and the job's prior
+  hardware ran on the candidate, near this configuration, per level (model type, family, all;
+  :mod:`features.pairs`), and the job's prior carried across with the most specific of them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from core.hardware import SPEC_FEATURES, Catalogue, HardwareType
+from features.pairs import LEVELS, most_informative
 from features.roofline import ROOFLINE_COLUMNS, roofline_columns, roofline_log
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams.events import PRECISIONS, Submission
@@ -62,6 +66,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lookup_model_log", "lookup_model_n", "lookup_family_log", "lookup_family_n",
         "lookup_model_prior_hw_log",
     ),
+    "paired": (
+        "paired_model_log", "paired_model_weight", "paired_model_n", "paired_family_log", "paired_family_weight",
+        "paired_all_log", "paired_all_weight", "transfer_paired_log",
+    ),
 }
 COLUMNS: tuple[str, ...] = tuple(c for cols in GROUPS.values() for c in cols)
 
@@ -77,17 +85,6 @@ def _log(x: float | None) -> float:
 
 def _spec(hw: HardwareType | None, name: str) -> float:
     return float(getattr(hw, name)) if hw is not None else NAN
-
-
-def _most_informative(prior: dict[str, PriorStat], exclude: str) -> tuple[str, PriorStat] | None:
-    """The job's other hardware with the most observations (newest on ties)."""
-    best: tuple[str, PriorStat] | None = None
-    for hw, stat in prior.items():
-        if hw == exclude:
-            continue
-        if best is None or (stat.n, stat.last_time, hw) > (best[1].n, best[1].last_time, best[0]):
-            best = (hw, stat)
-    return best
 
 
 def _lookup_log(table: dict[str, LookupStat], hw: str) -> float:
@@ -234,8 +231,10 @@ def row_dicts(
         row.update(_same_columns(same, now))
         row.update(_other_columns(snap, row, catalogue, now))
         row.update(_lookup_columns(snap, hw))
+        row.update(_paired_columns(snap, hw, row["prior_other_log"]))
         if same is not None:
-            row["transfer_log"] = row["prior_same_log"]  # the job's own speed here beats any transfer
+            # the job's own speed here beats any transfer
+            row["transfer_log"] = row["transfer_paired_log"] = row["prior_same_log"]
         out.append(row)
     return out
 
@@ -296,7 +295,7 @@ def _other_columns(snap: FeatureSnapshot, row: dict[str, Any], catalogue: Catalo
     ``row`` holds the candidate's :data:`HARDWARE_COLUMNS`.
     """
     hw = row["hardware"]
-    other = _most_informative(snap.prior, hw)
+    other = most_informative(snap.prior, hw)
     if other is None:
         return {
             "prior_other_log": NAN, "prior_other_n": 0.0, "prior_other_age_h": NAN, "prior_hw": "none",
@@ -332,6 +331,23 @@ def _lookup_columns(snap: FeatureSnapshot, hw: str) -> dict[str, Any]:
         "lookup_family_log": _lookup_log(snap.lookup_family, hw),
         "lookup_family_n": float(snap.lookup_family[hw].n) if hw in snap.lookup_family else 0.0,
     }
+
+
+def _paired_columns(snap: FeatureSnapshot, hw: str, prior_other_log: float) -> dict[str, Any]:
+    """Paired ratios of the candidate over the row's prior hardware, per level, and the prior
+    carried across by the most specific level that has observed the pair."""
+    cols: dict[str, Any] = {}
+    carried = NAN
+    for level in LEVELS:
+        stat = snap.pairs.get(level, {}).get(hw)
+        cols[f"paired_{level}_log"] = stat.log_ratio if stat is not None else NAN
+        cols[f"paired_{level}_weight"] = stat.weight if stat is not None else 0.0
+        if level == "model":
+            cols["paired_model_n"] = float(stat.n) if stat is not None else 0.0
+        if stat is not None and math.isnan(carried):
+            carried = prior_other_log + stat.log_ratio
+    cols["transfer_paired_log"] = carried
+    return cols
 
 
 def concat_rows(parts: Sequence[Rows]) -> Rows:

@@ -8,7 +8,7 @@ what makes served rows and training rows the same.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -31,12 +31,24 @@ class LookupStat:
 
 
 @dataclass(frozen=True, slots=True)
+class PairStat:
+    """Observed log ratio of a candidate's throughput over the job's prior hardware's, from other jobs
+    that ran on both (:mod:`features.pairs`), weighted towards the submission's configuration."""
+
+    n: int  # observations in the window
+    weight: float  # their total kernel weight: how many of them sit near this configuration
+    log_ratio: float
+
+
+@dataclass(frozen=True, slots=True)
 class FeatureSnapshot:
     """Everything known about a job and its model type, keyed by canonical hardware name."""
 
     prior: dict[str, PriorStat] = field(default_factory=dict)
     lookup_model: dict[str, LookupStat] = field(default_factory=dict)
     lookup_family: dict[str, LookupStat] = field(default_factory=dict)
+    #: level (``model``, ``family``, ``all``) -> candidate -> paired ratio over the candidate's prior
+    pairs: dict[str, dict[str, PairStat]] = field(default_factory=dict)
     starts: int = 0
     completed: int = 0
     failed: int = 0
@@ -49,21 +61,14 @@ class FeatureSnapshot:
         lookup_model: dict[str, LookupStat],
         lookup_family: dict[str, LookupStat],
         counts: Mapping[str, int],
+        pairs: dict[str, dict[str, PairStat]] | None = None,
     ) -> FeatureSnapshot:
         """A snapshot whose attempt counters come from ``counts`` (name -> count, absent = 0).
 
         The names are :data:`features.layout.COUNTERS`, which are this class's counter fields, so
         a counter the store declares but this class lacks fails here instead of being dropped.
         """
-        return cls(prior=prior, lookup_model=lookup_model, lookup_family=lookup_family, **counts)
-
-    def with_aggregates_of(self, other: FeatureSnapshot) -> FeatureSnapshot:
-        """This job's own features with ``other``'s cross-job aggregates (lookup medians).
-
-        An evaluation that must not let a held-out job see other held-out jobs builds the job's
-        features from its own events and the aggregates from the training jobs' events only.
-        """
-        return replace(self, lookup_model=other.lookup_model, lookup_family=other.lookup_family)
+        return cls(prior=prior, lookup_model=lookup_model, lookup_family=lookup_family, pairs=pairs or {}, **counts)
 
     def to_json(self) -> dict[str, Any]:
         """Compact form recorded in rankings (``features_used``)."""
@@ -71,6 +76,8 @@ class FeatureSnapshot:
             "prior": {h: [p.n, p.last_time, p.last, p.robust] for h, p in self.prior.items()},
             "lookup_model": {h: [s.n, s.median] for h, s in self.lookup_model.items()},
             "lookup_family": {h: [s.n, s.median] for h, s in self.lookup_family.items()},
+            "pairs": {level: {h: [s.n, s.weight, s.log_ratio] for h, s in stats.items()}
+                      for level, stats in self.pairs.items()},
             "attempts": [self.starts, self.completed, self.failed, self.preempted],
         }
 
@@ -83,6 +90,8 @@ class FeatureSnapshot:
                    for h, v in data.get("prior", {}).items()},
             lookup_model={h: LookupStat(int(v[0]), float(v[1])) for h, v in data.get("lookup_model", {}).items()},
             lookup_family={h: LookupStat(int(v[0]), float(v[1])) for h, v in data.get("lookup_family", {}).items()},
+            pairs={level: {h: PairStat(int(v[0]), float(v[1]), float(v[2])) for h, v in stats.items()}
+                   for level, stats in data.get("pairs", {}).items()},
             starts=int(starts),
             completed=int(completed),
             failed=int(failed),

@@ -1,10 +1,12 @@
 """The Redis online store: idempotent, event-time-ordered updates and batched reads.
 
 Writes: one Lua script per event (atomic check-and-set, unlike a client-side read-modify-write),
-sent for a whole batch in one pipelined round trip. Reads: one pipelined round trip per batch
-of submissions: an ``HGETALL`` of each submission's job hash, and one of each distinct model
+sent for a whole batch in one pipelined round trip, plus a second one for the paired-ratio
+observations the job scripts return (:mod:`features.pairs`). Reads: one pipelined round trip per
+batch of submissions: an ``HGETALL`` of each submission's job hash, and one of each distinct model
 type's and family's lookup hash in the batch (parsed once, shared by the batch's snapshots),
-parsed straight into :class:`FeatureSnapshot`.
+parsed straight into :class:`FeatureSnapshot`; then, for the jobs with a prior, one ``HMGET`` per
+level of the pair fields their rows use.
 
 The stored values (field layout, separators, counter names, window packing) are declared in
 :mod:`features.layout`: the scripts build them with its generated Lua prelude and the readers
@@ -17,6 +19,7 @@ so attempts of one job or model type at different scales inform each other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 
@@ -24,7 +27,7 @@ import redis
 
 from core.hardware import Catalogue, load_catalogue
 from core.settings import Settings
-from features.keys import JOB_WINDOW, LOOKUP_WINDOW, SEEN_TTL_S, KeyLayout
+from features.keys import JOB_WINDOW, LOOKUP_WINDOW, PAIR_WINDOW, SEEN_TTL_S, KeyLayout
 from features.layout import (
     COUNTER_FIELDS,
     COUNTER_PREFIX,
@@ -36,6 +39,16 @@ from features.layout import (
     parse_job_field,
     parse_lookup_field,
     text,
+)
+from features.pairs import (
+    finish_coordinates,
+    pair_levels,
+    parse_window,
+    stored_values,
+    submission_coordinates,
+    summarise_pairs,
+    unpack_observations,
+    wanted_pairs,
 )
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams.events import JobFinish, JobStart, Submission
@@ -87,44 +100,67 @@ class FeatureStore:
         self._finish = client.register_script(_lua("job_finish"))
         self._start = client.register_script(_lua("job_start"))
         self._lookup = client.register_script(_lua("lookup"))
+        self._pair = client.register_script(_lua("pair"))
 
     # ------------------------------------------------------------------ writes
 
     def apply_finishes(self, events: Sequence[JobFinish]) -> list[int]:
-        """Apply finish events in one round trip; returns 1 per applied event, 0 per duplicate."""
+        """Apply finish events; returns 1 per applied event, 0 per duplicate.
+
+        Two pipelined round trips per batch: the job scripts and lookup aggregates, then the
+        paired-ratio observations the job scripts returned (they live in other Redis Cluster
+        slots, so no one script can write both). A duplicate returns the observations its first
+        application recorded, so a batch retried after a failure between the two completes them.
+        """
         if not events:
             return []
         pipe = self.client.pipeline(transaction=False)
-        lay = self.layout
-        counts: list[int] = []  # pipeline replies per event (its own script, then its aggregates)
-        for ev in events:
-            eid, hw, t = packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time)
-            value = "" if ev.throughput is None else num(per_accelerator(ev.throughput, ev.num_accelerators))
-            self._finish(
-                keys=[lay.job(ev.job_key), lay.job_window(ev.job_key), lay.job_seen(ev.job_key)],
-                args=[eid, t, hw, value, counter_field(ev.outcome), JOB_WINDOW, SEEN_TTL_S],
-                client=pipe,
-            )
-            calls = 1
-            if value:
-                for agg in self._aggregates(ev):
-                    self._lookup(keys=[agg, lay.window_of(agg)], args=[eid, t, hw, value, LOOKUP_WINDOW],
-                                 client=pipe)
-                    calls += 1
-            counts.append(calls)
+        counts = [self._queue_finish(pipe, ev) for ev in events]
         results = pipe.execute()
-        applied, i = [], 0
+        applied, observed, i = [], [], 0
         for calls in counts:
-            applied.append(int(results[i]))
+            flag, packed = results[i]
+            applied.append(int(flag))
+            observed.append(unpack_observations(text(packed)))
             i += calls
+        self._add_pairs(events, observed)
         return applied
 
-    def _aggregates(self, ev: JobFinish) -> list[str]:
-        """The lookup aggregates a measured finish feeds: its model type, and its family if known."""
-        keys = [self.layout.lookup_model(ev.model_type)]
+    def _queue_finish(self, pipe: redis.client.Pipeline, ev: JobFinish) -> int:
+        """Queue one finish's job script and lookup updates; returns how many replies they make."""
+        lay = self.layout
+        eid, hw, t = packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time)
+        value = "" if ev.throughput is None else num(per_accelerator(ev.throughput, ev.num_accelerators))
+        self._finish(
+            keys=[lay.job(ev.job_key), lay.job_window(ev.job_key), lay.job_seen(ev.job_key),
+                  lay.job_outbox(ev.job_key)],
+            args=[eid, t, hw, value, counter_field(ev.outcome), JOB_WINDOW, SEEN_TTL_S],
+            client=pipe,
+        )
+        if not value:
+            return 1
+        aggregates = [lay.lookup_model(ev.model_type)]
         if ev.family is not None:
-            keys.append(self.layout.lookup_family(ev.family))
-        return keys
+            aggregates.append(lay.lookup_family(ev.family))
+        for agg in aggregates:
+            self._lookup(keys=[agg, lay.window_of(agg)], args=[eid, t, hw, value, LOOKUP_WINDOW], client=pipe)
+        return 1 + len(aggregates)
+
+    def _add_pairs(self, events: Sequence[JobFinish], observed: Sequence[list[tuple[str, str]]]) -> None:
+        """Add each finish's paired-ratio observations to its pair windows at every level."""
+        pipe = self.client.pipeline(transaction=False)
+        queued = False
+        for ev, obs in zip(events, observed, strict=True):
+            if not obs:
+                continue
+            eid, t = packable_id(ev.event_id), num(ev.event_time)
+            keys = [self.layout.pairs(level, name) for level, name in pair_levels(ev.model_type, ev.family)]
+            for field, value in stored_values(self._hw(ev.hardware), obs, finish_coordinates(ev)):
+                for key in keys:
+                    self._pair(keys=[key], args=[field, t, eid, value, PAIR_WINDOW], client=pipe)
+                    queued = True
+        if queued:
+            pipe.execute()
 
     def apply_starts(self, events: Sequence[JobStart]) -> list[int]:
         """Apply start events in one round trip; returns 1 per applied event, 0 per duplicate."""
@@ -143,7 +179,11 @@ class FeatureStore:
     # ------------------------------------------------------------------ reads
 
     def read(self, submissions: Sequence[Submission]) -> list[FeatureSnapshot]:
-        """Feature snapshots of a batch of submissions, in one pipelined round trip."""
+        """Feature snapshots of a batch of submissions.
+
+        One pipelined round trip for the job hashes and the batch's distinct lookup hashes, and
+        a second one (only when some job has a prior) for the paired ratios its rows will use.
+        """
         if not submissions:
             return []
         # A batch shares model types and families: fetch and parse each aggregate once.
@@ -160,8 +200,30 @@ class FeatureStore:
         n, m = len(submissions), len(models)
         by_model = {name: _parse_lookup(raw[n + i]) for i, name in enumerate(models)}
         by_family = {name: _parse_lookup(raw[n + m + i]) for i, name in enumerate(families)}
-        return [parse_snapshot(raw[i], by_model[s.model_type], by_family.get(s.family, {}) if s.family else {})
-                for i, s in enumerate(submissions)]
+        snaps = [parse_snapshot(raw[i], by_model[s.model_type], by_family.get(s.family, {}) if s.family else {})
+                 for i, s in enumerate(submissions)]
+        return self._with_pairs(submissions, snaps)
+
+    def _with_pairs(self, submissions: Sequence[Submission], snaps: list[FeatureSnapshot]) -> list[FeatureSnapshot]:
+        """The snapshots with the paired ratios of each candidate over its row's prior hardware."""
+        wanted = [wanted_pairs(snap.prior, [self._hw(c) for c in sub.candidates])
+                  for sub, snap in zip(submissions, snaps, strict=True)]
+        pipe = self.client.pipeline(transaction=False)
+        asked: list[list[tuple[str, list[str]]]] = []
+        for sub, want in zip(submissions, wanted, strict=True):
+            fields = list(dict.fromkeys(field for _, field, _ in want.values()))
+            levels = pair_levels(sub.model_type, sub.family) if fields else []
+            for level, name in levels:
+                pipe.hmget(self.layout.pairs(level, name), fields)
+            asked.append([(level, fields) for level, _ in levels])
+        replies = iter(pipe.execute() if any(asked) else [])
+        out = []
+        for sub, snap, want, levels_asked in zip(submissions, snaps, wanted, asked, strict=True):
+            windows = {level: {f: parse_window(text(v)) for f, v in zip(fields, next(replies), strict=True)
+                               if v is not None}
+                       for level, fields in levels_asked}
+            out.append(replace(snap, pairs=summarise_pairs(want, windows, submission_coordinates(sub))))
+        return out
 
     def delete_all(self) -> int:
         """Delete every key under this layout's prefix (replays into a scratch prefix use it)."""

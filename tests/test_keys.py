@@ -24,6 +24,9 @@ from features.layout import (
     COUNTERS,
     JOB_FIELD,
     LOOKUP_FIELD,
+    OBSERVATION_SEP,
+    PAIR_OBSERVATION,
+    PAIR_VALUE,
     RETIRED_FIELDS,
     STARTS,
     WINDOW_ENTRY,
@@ -116,9 +119,10 @@ def _code(source: str) -> str:
 
 def test_lua_sources_spell_no_stored_format() -> None:
     """The hand-written scripts build and parse values only through the generated prelude."""
-    forbidden = {JOB_FIELD.sep, LOOKUP_FIELD.sep, WINDOW_ENTRY.sep, WINDOW_SEP, COUNTER_PREFIX}
+    forbidden = {JOB_FIELD.sep, LOOKUP_FIELD.sep, WINDOW_ENTRY.sep, WINDOW_SEP, COUNTER_PREFIX,
+                 PAIR_OBSERVATION.sep, PAIR_VALUE.sep, OBSERVATION_SEP}
     sources = sorted(LUA.glob("*.lua"))
-    assert {p.name for p in sources} == {"window.lua", "job_finish.lua", "job_start.lua", "lookup.lua"}
+    assert {p.name for p in sources} == {"window.lua", "job_finish.lua", "job_start.lua", "lookup.lua", "pair.lua"}
     for path in sources:
         code = _code(path.read_text())
         literals = re.findall(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"", code)

@@ -12,9 +12,10 @@ from core.hardware import load_catalogue
 from core.settings import Settings
 from features.keys import JOB_WINDOW, KeyLayout
 from features.offline import OfflineFeatureState
+from features.snapshot import FeatureSnapshot
 from features.store import FeatureStore
 from replay.rebuild import RebuildResult, compare
-from streams.events import JobFinish, JobStart
+from streams.events import JobFinish, JobStart, Submission
 from tests.factories import T0, finish, start, submission
 
 pytestmark = pytest.mark.integration
@@ -85,15 +86,28 @@ class CountingConnection(redis.Connection):
         super().send_packed_command(command, check_health)
 
 
-def test_batch_read_is_one_round_trip_per_batch(store: FeatureStore, settings: Settings) -> None:
-    store.apply_finishes([finish(f"j{i}", f"e{i}", T0, "L4", 10.0) for i in range(50)])
+def _round_trips(store: FeatureStore, settings: Settings, subs: list[Submission]) -> tuple[int, list[FeatureSnapshot]]:
     pool = redis.ConnectionPool.from_url(settings.redis_url, connection_class=CountingConnection)
     counted = FeatureStore(redis.Redis(connection_pool=pool), store.layout)
     counted.client.ping()
     CountingConnection.sends = 0
-    snaps = counted.read([submission(f"j{i}", i) for i in range(50)])
-    assert all(s.prior["L4"].n == 1 for s in snaps)
-    assert CountingConnection.sends == 1
+    snaps = counted.read(subs)
+    return CountingConnection.sends, snaps
+
+
+def test_batch_read_is_one_round_trip_per_batch_without_priors(store: FeatureStore, settings: Settings) -> None:
+    store.apply_finishes([finish(f"j{i}", f"e{i}", T0, "L4", 10.0) for i in range(50)])
+    sends, snaps = _round_trips(store, settings, [submission(f"new{i}", i) for i in range(50)])
+    assert sends == 1 and all(s.lookup_model["L4"].n == 50 for s in snaps)
+
+
+def test_batch_read_with_priors_is_two_round_trips_whatever_its_size(store: FeatureStore, settings: Settings) -> None:
+    """The paired ratios a row needs depend on the job's priors, so they come in a second round trip."""
+    store.apply_finishes([finish(f"j{i}", f"e{i}", T0, "L4", 10.0) for i in range(50)])
+    for n in (1, 50):
+        sends, snaps = _round_trips(store, settings, [submission(f"j{i}", i) for i in range(n)])
+        assert all(s.prior["L4"].n == 1 for s in snaps)
+        assert sends == 2
 
 
 def test_scripts_agree_with_the_offline_replay(store: FeatureStore) -> None:

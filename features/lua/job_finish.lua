@@ -1,12 +1,31 @@
--- Apply one job-finish event to the job's state, atomically and at most once.
--- KEYS: job hash, job window hash, job seen-set
+-- Apply one job-finish event to the job's state, atomically and at most once, and record the
+-- paired-ratio observations it yields (its throughput over the job's robust throughput on each
+-- other hardware type) in the job's outbox, so that a redelivered finish yields the same ones.
+-- KEYS: job hash, job window hash, job seen-set, job outbox hash
 -- ARGV: event_id, event_time, hardware, per-accelerator throughput ('' if none),
 --       the outcome's counter field, window size, ttl seconds
--- Returns 1 when applied, 0 for a duplicate.
+-- Returns {1, observations} when applied, {0, observations} for a duplicate: the packed pair
+-- observations (pack_observations; '' when none); the writer adds them to the pair windows.
 local ttl = tonumber(ARGV[7])
-if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then return 0 end
+if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
+  return {0, redis.call('HGET', KEYS[4], ARGV[1]) or ''}
+end
 redis.call('HINCRBY', KEYS[1], ARGV[5], 1)
+local observed = {}
 if ARGV[4] ~= '' then
+  if pairable(ARGV[3]) then
+    local value = tonumber(ARGV[4])
+    local fields = redis.call('HGETALL', KEYS[1])
+    for i = 1, #fields, 2 do
+      local other = fields[i]
+      if other ~= ARGV[3] and not is_counter(other) and pairable(other) then
+        local robust = tonumber(unpack_job_field(fields[i + 1]).robust)
+        if robust and robust > 0 then
+          observed[#observed + 1] = pack_pair_observation(other, format_number(math.log(value) - math.log(robust)))
+        end
+      end
+    end
+  end
   local entries = window_insert(redis.call('HGET', KEYS[2], ARGV[3]), ARGV[2], ARGV[1], ARGV[4],
                                 tonumber(ARGV[6]))
   local n = count_of(redis.call('HGET', KEYS[1], ARGV[3])) + 1
@@ -15,6 +34,11 @@ if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[3], pack_window(entries))
   redis.call('EXPIRE', KEYS[2], ttl)
 end
+local packed = pack_observations(observed)
+if #observed > 0 then
+  redis.call('HSET', KEYS[4], ARGV[1], packed)
+  redis.call('EXPIRE', KEYS[4], ttl)
+end
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[3], ttl)
-return 1
+return {1, packed}

@@ -1,0 +1,221 @@
+"""Paired ratios: how much faster a model type runs on one hardware type than on another, learned
+from the jobs that ran on both.
+
+When a job finishes on hardware ``b`` having run on ``a`` before, its per-accelerator throughput
+on ``b`` over its robust throughput on ``a`` is one observation of the ratio ``b / a`` in which
+the job's own speed (its input pipeline, its code) cancels. The store keeps the newest
+observations per hardware pair at three levels — the job's model type, its family, and all jobs —
+each with the configuration it was measured at (per-accelerator batch, accelerators, precision).
+
+At read time the observations of the pair (candidate, the job's prior hardware) are averaged with
+weights that fall with the distance between each observation's configuration and the
+submission's: the ratio between two parts moves smoothly with batch size and scale within a
+workload, so neighbouring configurations say the most, and far ones still say something. This
+is what carries a job's prior across hardware types; the lookup medians' ratio
+(``transfer_log``) compares unrelated jobs and configurations instead.
+
+Everything here is pure: :mod:`features.store` (Redis) and :mod:`features.offline` (training)
+both observe and summarise through these functions, so they agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from features.layout import (
+    COMPUTED_NUMBER,
+    OBSERVATION_SEP,
+    PAIR_OBSERVATION,
+    PAIR_VALUE,
+    pairable,
+    unpack_window,
+)
+from features.snapshot import PairStat, PriorStat
+from streams.events import JobFinish, Submission
+
+#: Aggregation levels, most specific first; a level's key names the model type, family or nothing.
+LEVELS: tuple[str, ...] = ("model", "family", "all")
+#: Separator of the two hardware names in a pair's field.
+PAIR_SEP = "|"
+#: Bandwidths of the configuration kernel, in natural-log units (0.7 ~ a factor of two).
+BATCH_BANDWIDTH = 0.7
+ACCELERATOR_BANDWIDTH = 0.7
+#: Squared distance added when the two precisions differ, or when a coordinate is unknown.
+PRECISION_MISMATCH = 4.0
+UNKNOWN_COORDINATE = 1.0
+
+PRECISION_BITS: Mapping[str, float] = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
+NAN = float("nan")
+
+Coordinates = tuple[float, float, float]  # log per-accelerator batch, log accelerators, precision bits
+
+
+def pair_field(a: str, b: str) -> tuple[str, float]:
+    """The field of the unordered pair ``{a, b}`` and the sign that turns its stored ratio into
+    ``log(a / b)``: fields store ``log(high / low)`` with ``low < high`` by name."""
+    low, high = sorted((a, b))
+    return f"{low}{PAIR_SEP}{high}", 1.0 if a == high else -1.0
+
+
+def coordinates(global_batch_size: int | None, num_accelerators: int, precision: str | None) -> Coordinates:
+    """Where an attempt's configuration sits for the kernel (NaN for what is unknown)."""
+    batch = math.log(global_batch_size / num_accelerators) if global_batch_size else NAN
+    bits = PRECISION_BITS.get(precision, NAN) if precision is not None else NAN
+    return batch, math.log(num_accelerators), bits
+
+
+def finish_coordinates(ev: JobFinish) -> Coordinates:
+    return coordinates(ev.global_batch_size, ev.num_accelerators, ev.precision)
+
+
+def submission_coordinates(sub: Submission) -> Coordinates:
+    return coordinates(sub.global_batch_size, sub.num_accelerators, sub.precision)
+
+
+def observations(prior: Mapping[str, PriorStat], hardware: str, value: float) -> list[tuple[str, str]]:
+    """The ``(other hardware, log ratio text)`` a finish on ``hardware`` yields, exactly as
+    ``job_finish.lua`` writes them (two logs, one subtraction, :data:`COMPUTED_NUMBER`)."""
+    if not pairable(hardware):
+        return []
+    return [(other, COMPUTED_NUMBER % (math.log(value) - math.log(stat.robust))) for other, stat in prior.items()
+            if other != hardware and pairable(other) and stat.robust > 0]
+
+
+def unpack_observations(packed: str) -> list[tuple[str, str]]:
+    """A finish's observations as the job script returns them (``''``: none)."""
+    out = []
+    for item in packed.split(OBSERVATION_SEP) if packed else ():
+        other, ratio = PAIR_OBSERVATION.unpack(item)
+        out.append((other, ratio))
+    return out
+
+
+def stored_values(hardware: str, observed: Sequence[tuple[str, str]], coords: Coordinates
+                  ) -> list[tuple[str, str]]:
+    """``(pair field, packed value)`` for each observation of a finish on ``hardware``.
+
+    Fields store ``log(high / low)``; an observation is ``log(hardware / other)``, so it flips
+    sign when ``hardware`` is the lower name (text negation is exact: the format is symmetric).
+    """
+    out = []
+    for other, ratio in observed:
+        field, sign = pair_field(hardware, other)
+        text = ratio if sign > 0 else COMPUTED_NUMBER % -float(ratio)
+        out.append((field, PAIR_VALUE.pack(text, *(_coordinate_text(x) for x in coords))))
+    return out
+
+
+def _coordinate_text(x: float) -> str:
+    return "" if math.isnan(x) else repr(x)
+
+
+def _coordinate(text: str) -> float:
+    return float(text) if text else NAN
+
+
+def unpack_value(value: str) -> tuple[float, Coordinates]:
+    ratio, batch, accelerators, bits = PAIR_VALUE.unpack(value)
+    return float(ratio), (_coordinate(batch), _coordinate(accelerators), _coordinate(bits))
+
+
+def _distance2(a: Coordinates, b: Coordinates) -> float:
+    d2 = 0.0
+    for x, y, width in ((a[0], b[0], BATCH_BANDWIDTH), (a[1], b[1], ACCELERATOR_BANDWIDTH)):
+        d2 += UNKNOWN_COORDINATE if math.isnan(x) or math.isnan(y) else ((x - y) / width) ** 2
+    if math.isnan(a[2]) or math.isnan(b[2]):
+        d2 += UNKNOWN_COORDINATE
+    elif a[2] != b[2]:
+        d2 += PRECISION_MISMATCH
+    return d2
+
+
+Observation = tuple[float, Coordinates]  # stored log ratio and the configuration it was measured at
+
+
+def summarise(observed: Sequence[Observation], sign: float, at: Coordinates) -> PairStat | None:
+    """Kernel-weighted mean log ratio of a pair's observations, as seen from ``at``.
+
+    Parameters
+    ----------
+    observed
+        The pair's window, parsed (:func:`unpack_value`).
+    sign
+        From :func:`pair_field`: +1 when the wanted ratio is the stored one, -1 for its inverse.
+    at
+        The submission's coordinates.
+
+    Returns
+    -------
+    PairStat or None
+        Observations, their total kernel weight and the weighted mean; None without observations.
+    """
+    total = weighted = 0.0
+    for ratio, coords in observed:
+        w = math.exp(-0.5 * _distance2(coords, at))
+        total += w
+        weighted += w * ratio
+    if not observed or total <= 0.0:
+        return None
+    return PairStat(len(observed), total, sign * weighted / total)
+
+
+def most_informative(prior: Mapping[str, PriorStat], exclude: str) -> tuple[str, PriorStat] | None:
+    """The job's other hardware with the most observations (newest on ties): the prior a row uses."""
+    best: tuple[str, PriorStat] | None = None
+    for hw, stat in prior.items():
+        if hw == exclude:
+            continue
+        if best is None or (stat.n, stat.last_time, hw) > (best[1].n, best[1].last_time, best[0]):
+            best = (hw, stat)
+    return best
+
+
+def wanted_pairs(prior: Mapping[str, PriorStat], candidates: Sequence[str]) -> dict[str, tuple[str, str, float]]:
+    """For each candidate whose row will carry a prior: ``(prior hardware, pair field, sign)``."""
+    out: dict[str, tuple[str, str, float]] = {}
+    for cand in candidates:
+        other = most_informative(prior, cand)
+        if other is not None and pairable(cand) and pairable(other[0]):
+            out[cand] = (other[0], *pair_field(cand, other[0]))
+    return out
+
+
+def pair_levels(model_type: str, family: str | None) -> list[tuple[str, str | None]]:
+    """``(level, name)`` of every pair aggregate a job of this model type and family feeds and reads."""
+    levels: list[tuple[str, str | None]] = [("model", model_type)]
+    if family is not None:
+        levels.append(("family", family))
+    levels.append(("all", None))
+    return levels
+
+
+def summarise_pairs(want: Mapping[str, tuple[str, str, float]],
+                    windows: Mapping[str, Mapping[str, Sequence[Observation]]],
+                    at: Coordinates) -> dict[str, dict[str, PairStat]]:
+    """Per level and candidate, the summary of the pair (candidate, its row's prior hardware).
+
+    Parameters
+    ----------
+    want
+        From :func:`wanted_pairs`.
+    windows
+        Level -> pair field -> the field's parsed observations.
+    at
+        The submission's coordinates.
+    """
+    out: dict[str, dict[str, PairStat]] = {}
+    for level, fields in windows.items():
+        stats = {}
+        for cand, (_, field, sign) in want.items():
+            stat = summarise(fields.get(field, ()), sign, at)
+            if stat is not None:
+                stats[cand] = stat
+        if stats:
+            out[level] = stats
+    return out
+
+
+def parse_window(packed: str | None) -> list[Observation]:
+    """A stored pair window's observations, parsed."""
+    return [unpack_value(entry[2]) for entry in unpack_window(packed)]

@@ -1,0 +1,119 @@
+"""Paired ratios: observed by the store's scripts and the offline twin alike, summarised near the
+submission's configuration, carried into rows; idempotent under redelivery."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from core.hardware import load_catalogue
+from features.keys import PAIR_WINDOW, KeyLayout
+from features.offline import OfflineFeatureState
+from features.pairs import (
+    coordinates,
+    most_informative,
+    pair_field,
+    stored_values,
+    summarise,
+    unpack_value,
+)
+from features.rows import build_rows
+from features.snapshot import PriorStat
+from features.store import FeatureStore
+from tests.factories import T0, finish, submission
+
+CAT = load_catalogue()
+
+
+@pytest.fixture
+def store(rds: redis.Redis, run_id: str) -> Iterator[FeatureStore]:
+    fs = FeatureStore(rds, KeyLayout(f"pairs-{run_id}"), canonicalize=CAT.canonical)
+    yield fs
+    fs.delete_all()
+
+
+def test_pair_fields_are_unordered_and_signed() -> None:
+    assert pair_field("L4", "A100-80GB") == ("A100-80GB|L4", 1.0)
+    assert pair_field("A100-80GB", "L4") == ("A100-80GB|L4", -1.0)
+    (field, value), = stored_values("A100-80GB", [("L4", "0.5")], coordinates(512, 8, "bf16"))
+    assert field == "A100-80GB|L4" and unpack_value(value)[0] == -0.5  # stored as log(L4 / A100)
+
+
+def test_summary_weights_nearby_configurations_most() -> None:
+    near, far = coordinates(512, 8, "bf16"), coordinates(512 * 16, 128, "bf16")
+    stat = summarise([(0.2, near), (1.0, far)], 1.0, near)
+    assert stat is not None and stat.n == 2 and 0.2 < stat.log_ratio < 0.25 and 1.0 < stat.weight < 1.01
+    assert summarise([(0.2, near)], -1.0, near).log_ratio == -0.2  # type: ignore[union-attr]
+    other_precision = summarise([(0.2, coordinates(512, 8, "fp32")), (1.0, near)], 1.0, near)
+    assert other_precision is not None and other_precision.log_ratio > 0.85
+    assert summarise([], 1.0, near) is None
+
+
+def test_the_row_uses_the_most_observed_other_hardware() -> None:
+    prior = {"A": PriorStat(3, T0, 1.0, 1.0), "B": PriorStat(1, T0 + 9, 1.0, 1.0), "C": PriorStat(3, T0 + 1, 1.0, 1.0)}
+    assert most_informative(prior, "Z")[0] == "C"  # type: ignore[index]
+    assert most_informative(prior, "C")[0] == "A"  # type: ignore[index]
+
+
+def _two_hardware_jobs(store: FeatureStore | None, twin: OfflineFeatureState, n: int) -> None:
+    """``n`` jobs, each first on L4 and then on H100-SXM, 2.5x faster there, at one configuration."""
+    for j in range(n):
+        events = [finish(f"j{j}", f"a{j}", T0 + j, "L4", 100.0 * (j + 1)),
+                  finish(f"j{j}", f"b{j}", T0 + 100 + j, "H100-SXM", 250.0 * (j + 1))]
+        for ev in events:
+            if store is not None:
+                store.apply_finishes([ev])
+            twin.apply_finish(ev)
+
+
+def test_paired_ratio_reaches_a_new_job_whatever_its_speed(store: FeatureStore) -> None:
+    twin = OfflineFeatureState(CAT.canonical)
+    _two_hardware_jobs(store, twin, 5)
+    newcomer = finish("new", "n1", T0 + 500, "L4", 40.0)  # a slow job: its factor must cancel
+    store.apply_finishes([newcomer])
+    twin.apply_finish(newcomer)
+    sub = submission("new", 1, candidates=["H100-SXM", "L4", "MI300X"])
+    online = store.read([sub])[0]
+    assert online == twin.snapshot(sub)
+    for level in ("model", "family", "all"):
+        stat = online.pairs[level]["H100-SXM"]
+        assert stat.n == 5 and stat.log_ratio == pytest.approx(math.log(2.5))
+    assert "MI300X" not in online.pairs["model"]  # nothing observed on that pair
+    rows = build_rows(sub, online, sub.candidates, CAT)
+    h100 = list(rows["hardware"]).index("H100-SXM")
+    assert math.exp(rows["transfer_paired_log"][h100]) * 8 == pytest.approx(2.5 * 40.0)
+    assert rows["transfer_paired_log"][list(rows["hardware"]).index("L4")] == pytest.approx(math.log(40.0 / 8))
+
+
+def test_a_redelivered_finish_completes_its_pairs_and_adds_nothing_twice(store: FeatureStore) -> None:
+    twin = OfflineFeatureState(CAT.canonical)
+    _two_hardware_jobs(store, twin, 3)
+    pair_key = store.layout.pairs("model", "llama-7b")
+    before = store.client.hgetall(pair_key)
+    store.client.delete(pair_key)  # as if the writer died between its two round trips
+    again = [finish(f"j{j}", f"b{j}", T0 + 100 + j, "H100-SXM", 250.0 * (j + 1)) for j in range(3)]
+    assert store.apply_finishes(again) == [0, 0, 0]
+    assert store.client.hgetall(pair_key) == before
+    assert store.apply_finishes(again) == [0, 0, 0]
+    assert store.client.hgetall(pair_key) == before
+
+
+def test_pair_windows_keep_the_newest_observations(store: FeatureStore) -> None:
+    twin = OfflineFeatureState(CAT.canonical)
+    _two_hardware_jobs(store, twin, PAIR_WINDOW + 5)
+    sub = submission("j0", 99, candidates=["H100-SXM", "L4"])
+    assert store.read([sub])[0].pairs["model"]["L4"].n == PAIR_WINDOW
+    assert store.read([sub]) == [twin.snapshot(sub)]
+
+
+def test_held_out_jobs_see_their_own_history_and_the_training_aggregates() -> None:
+    train, own = OfflineFeatureState(CAT.canonical), OfflineFeatureState(CAT.canonical)
+    _two_hardware_jobs(None, train, 4)
+    own.apply_finish(finish("held", "h1", T0 + 900, "L4", 80.0))
+    sub = submission("held", 1, candidates=["H100-SXM"])
+    snap = train.snapshot(sub, job_source=own)
+    assert snap.prior["L4"].n == 1 and snap.pairs["model"]["H100-SXM"].n == 4
+    assert train.snapshot(sub).prior == {} and own.snapshot(sub).pairs == {}
