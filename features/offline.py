@@ -188,7 +188,8 @@ class OfflineFeatureState:
         prior = _priors(job) if job is not None else {}
         want = wanted_pairs(prior, [self._hw(c) for c in (sub.candidates if candidates is None else candidates)])
         levels = pair_levels(sub.model_type, sub.family) if want else []
-        windows = {level: {f: w.observed() for f, w in self.pairs.get((level, name), {}).items()}
+        fields = {field for _, field, _ in want.values()}
+        windows = {level: {f: w.observed() for f in fields if (w := self.pairs.get((level, name), {}).get(f))}
                    for level, name in levels}
         return FeatureSnapshot.of(
             prior,
