@@ -1,4 +1,4 @@
-"""The measurement-table evaluation: protocol hygiene, output shape and input validation."""
+"""The measurement-table evaluation: folds, the served model scored on identical rows, the CLI."""
 
 from __future__ import annotations
 
@@ -10,12 +10,18 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from core.accuracy import TRUST_GRID
+from core.accuracy import summary
+from core.hardware import load_catalogue
+from predictor.lgbm import evidence_level
+from predictor.models import PriorTransfer
 from training import measurements as m
+from training.dataset import read_history
+from training.train import fit_model
 
 ROOT = Path(__file__).resolve().parent.parent
 GAVEL = ROOT / "data" / "measurements" / "gavel.csv"
 LAMBDA = ROOT / "data" / "measurements" / "lambda.csv"
+MLPERF = ROOT / "data" / "measurements" / "mlperf.csv"
 
 
 def _slice(src: Path, dst: Path, workloads: set[str]) -> Path:
@@ -34,18 +40,6 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _slice(GAVEL, tmp_path_factory.mktemp("m") / "small.csv", {"LM", "ResNet-18", "Transformer"})
 
 
-def test_pairs_use_only_other_hardware_of_the_same_configuration(small: Path) -> None:
-    t = m.load_table(small)
-    cfg = m.config_ids(t)
-    pairs = m.build_pairs(t, cfg)
-    assert len(pairs) > 0
-    for p in range(len(pairs)):
-        i = int(pairs.row[p])
-        assert pairs.prior_hw[p] != t.hardware[i]
-        same = [j for j in range(len(t)) if cfg[j] == cfg[i] and t.hardware[j] == pairs.prior_hw[p]]
-        assert same and pairs.prior[p] == np.median(t.throughput[same])
-
-
 @pytest.mark.parametrize("protocol", m.PROTOCOLS)
 def test_folds_partition_rows_and_never_split_a_configuration(small: Path, protocol: str) -> None:
     t = m.load_table(small)
@@ -54,103 +48,133 @@ def test_folds_partition_rows_and_never_split_a_configuration(small: Path, proto
     assert np.array_equal(np.sum(masks, axis=0), np.ones(len(t)))  # every row tested exactly once
     for test in masks:
         assert not set(cfg[test].tolist()) & set(cfg[~test].tolist())
+    if protocol == "config_fold":
+        assert len(masks) == m.N_FOLDS
+    else:  # one fold per workload, holding out all of it
+        assert sorted({t.workload[int(np.flatnonzero(k)[0])] for k in masks}) == sorted(set(t.workload))
+        for test in masks:
+            assert len({t.workload[i] for i in np.flatnonzero(test).tolist()}) == 1
 
 
-def test_test_targets_never_reach_their_predictions(small: Path) -> None:
-    """Scale every test-fold measurement on one hardware type h by 1000.
-
-    Pairs whose target is on h take their priors from other hardware, so with no leakage from
-    test targets (into features, training, medians or ratios) their predictions cannot move.
-    """
-    t = m.load_table(small)
-    cfg = m.config_ids(t)
-    pairs = m.build_pairs(t, cfg)
-    space = m.FeatureSpace.build(t)
-    for protocol in m.PROTOCOLS:
-        test_rows = next(iter(m.folds(t, cfg, protocol, seed=0)))
-        h = t.hardware[int(np.flatnonzero(test_rows)[0])]
-        on_h = test_rows & (np.array(t.hardware) == h)
-        test, before = m.fold_predictions(t, pairs, test_rows, space)
-        own = on_h[pairs.row[test]]
-        assert own.any()
-
-        t2 = t.with_throughput(np.where(on_h, t.throughput * 1000.0, t.throughput))
-        test2, after = m.fold_predictions(t2, m.build_pairs(t2, cfg), test_rows, space)
-        assert np.array_equal(test, test2)
-        for model in m.MODELS:
-            np.testing.assert_array_equal(before[model][own], after[model][own])
+def test_a_fold_trains_on_other_jobs_and_tests_every_attempt_of_its_own(small: Path) -> None:
+    t, th = m.load_history(small)
+    test_rows = next(iter(m.folds(t, m.config_ids(t), "config_fold", seed=0)))
+    fold = m.make_fold(th, test_rows, load_catalogue())
+    assert sorted(fold.test.attempt_id.tolist()) == sorted(th.attempt_id[test_rows].tolist())
+    assert sorted(fold.train.attempt_id.tolist()) == sorted(th.attempt_id[~test_rows].tolist())
+    assert not set(fold.train.job_key.tolist()) & set(fold.test.job_key.tolist())
 
 
-def test_training_rows_changes_do_move_predictions(small: Path) -> None:
-    """The check above is not vacuous: the models do read the training folds."""
-    t = m.load_table(small)
-    cfg = m.config_ids(t)
-    space = m.FeatureSpace.build(t)
-    test_rows = next(iter(m.folds(t, cfg, "config_fold", seed=0)))
-    _, before = m.fold_predictions(t, m.build_pairs(t, cfg), test_rows, space)
-    tput = np.where(test_rows, t.throughput, t.throughput * 3.0)
-    t2 = t.with_throughput(tput)
-    _, after = m.fold_predictions(t2, m.build_pairs(t2, cfg), test_rows, space)
-    assert not np.allclose(before["lookup"], after["lookup"])
+def test_lambda_suites_are_never_one_job(tmp_path: Path) -> None:
+    t, th = m.load_history(_slice(LAMBDA, tmp_path / "l.csv", {"resnet50"}))
+    assert {"v0", "v1_v2_curated"} <= set(t.suite)
+    for job in set(th.job_key.tolist()):
+        assert len({t.suite[i] for i in np.flatnonzero(th.job_key == job).tolist()}) == 1
 
 
-def test_new_workload_blends_trees_with_transfer(small: Path) -> None:
-    """A held-out workload gets transfer x (trees / transfer) ** w, w from the trust grid."""
-    t = m.load_table(small)
-    cfg = m.config_ids(t)
-    pairs = m.build_pairs(t, cfg)
-    space = m.FeatureSpace.build(t)
-    test_rows = next(iter(m.folds(t, cfg, "leave_one_workload_out", seed=0)))
-    test, preds = m.fold_predictions(t, pairs, test_rows, space)
-    train = np.flatnonzero(~test_rows[pairs.row])
-    keep = [k for k, n in enumerate(space.names) if n not in m.DEFAULT_EXCLUDE]
-    names = [space.names[k] for k in keep]
-    trees = m.fit_predict(
-        space.matrix(t, pairs, train)[:, keep],
-        np.log(t.throughput[pairs.row[train]] / pairs.prior[train]),
-        space.matrix(t, pairs, test)[:, keep], names, [n for n in space.categorical if n in names], 0,
-    ) + np.log(pairs.prior[test])
-    transfer = np.log(preds["transfer"])
-    w = (np.log(preds["lightgbm"]) - transfer) / (trees - transfer)
-    moved = np.abs(trees - transfer) > 1e-6
-    assert moved.any()
-    assert np.allclose(w[moved], w[moved][0], atol=1e-6)  # one weight for the whole fold
-    assert min(abs(w[moved][0] - g) for g in TRUST_GRID) < 1e-6
+def test_the_served_model_is_what_is_scored(small: Path) -> None:
+    """The report's ``lightgbm`` equals LightGBMThroughput fitted by training.train.fit_model."""
+    result = m.evaluate(small, models="lightgbm", protocols=("config_fold",))
+    t, th = m.load_history(small)
+    cat = load_catalogue()
+    preds, ys, levels = [], [], []
+    for test_rows in m.folds(t, m.config_ids(t), "config_fold", seed=0):
+        fold = m.make_fold(th, test_rows, cat)
+        model = fit_model(fold.train, {**m.served_params(len(fold.train)), "seed": 0})
+        preds.append(model.predict(fold.test.rows))
+        ys.append(fold.test.y)
+        levels.append(evidence_level(fold.test.rows))
+    p, y, lv = np.concatenate(preds), np.concatenate(ys), np.concatenate(levels)
+    scored = result["protocols"]["config_fold"]["models"]["lightgbm"]
+    assert scored["all"] == summary(p, y)
+    assert {k: scored[k] for k in ("acc@10", "acc@20", "mape", "n")} == \
+        {k: v for k, v in summary(p[lv == 1], y[lv == 1]).items() if k != "n_missing"}
+    assert m.REGISTRY["lightgbm"] is m.ServedModel
 
 
-def test_evaluate_and_cli_json_shape(small: Path, tmp_path: Path) -> None:
+def test_small_training_sets_get_the_stated_rule() -> None:
+    assert m.served_params(m.SMALL_TRAINING_ROWS - 1) == m.SMALL_PARAMS
+    assert m.served_params(m.SMALL_TRAINING_ROWS) == {}  # leap train's own parameters
+
+
+class _Constant:
+    """A plug-in under the estimator contract: the training median everywhere."""
+
+    def fit(self, rows: dict[str, np.ndarray], y: np.ndarray, groups: np.ndarray) -> _Constant:
+        assert len(groups) == len(y)
+        self.value = float(np.median(y))
+        return self
+
+    def predict(self, rows: dict[str, np.ndarray]) -> np.ndarray:
+        return np.full(len(rows["hardware"]), self.value)
+
+
+def test_any_estimator_plugs_in_on_identical_rows(small: Path) -> None:
+    result = m.evaluate(small, factories={"constant": _Constant, "transfer": PriorTransfer})
+    for block in result["protocols"].values():
+        a, b = block["models"]["constant"], block["models"]["transfer"]
+        assert a["n"] == b["n"] and a["all"]["n"] == b["all"]["n"] == result["rows"]
+        assert a["n_ranked"] == b["n_ranked"] > 0
+        assert a["fit_s"] >= 0 and a["predict_us_per_row"] > 0
+
+
+def test_pairwise_model_needs_a_prior_elsewhere(small: Path) -> None:
+    t, th = m.load_history(small)
+    fold = m.make_fold(th, next(iter(m.folds(t, m.config_ids(t), "config_fold", 0))), load_catalogue())
+    pred = m.PairwiseLightGBM().fit(fold.train.rows, fold.train.y, fold.train.job_key).predict(fold.test.rows)
+    cold = fold.test.rows["prior_other_n"] == 0
+    assert np.isnan(pred[cold]).all() and np.isfinite(pred[~cold]).all()
+
+
+def test_cli_json_shape_and_determinism(small: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(m.app, [str(small), "--json", str(out)])
+    res = CliRunner().invoke(m.app, [str(small), "--json", str(out), "--models", "lookup,transfer"])
     assert res.exit_code == 0, res.output
     doc = orjson.loads(out.read_bytes())
-    assert doc["rows"] == len(m.load_table(small)) and doc["pairs"] > 0
+    assert doc["rows"] == len(m.load_table(small)) and doc["models"] == ["lookup", "transfer"]
     assert set(doc["protocols"]) == set(m.PROTOCOLS)
-    for models in doc["protocols"].values():
-        assert set(models) == set(m.MODELS)
-        for s in models.values():
-            assert {"acc@10", "acc@20", "mape", "n"} <= set(s)
-            assert s["n"] == doc["pairs"]
+    for block in doc["protocols"].values():
+        assert sum(block["rows"].values()) == doc["rows"]
+        for s in block["models"].values():
+            assert {"acc@10", "acc@20", "mape", "n", "all", "by_evidence", "top1", "regret", "fit_s",
+                    "predict_us_per_row"} <= set(s)
+            assert s["n"] == block["rows"]["other"] == s["by_evidence"]["other"]["n"]
             assert 0.0 <= s["acc@10"] <= s["acc@20"] <= 1.0
-    assert doc == orjson.loads(orjson.dumps(m.evaluate(small)))  # deterministic, same as the API
+    again = orjson.loads(orjson.dumps(m.evaluate(small, models="lookup,transfer")))  # NaN -> null
+    for p in m.PROTOCOLS:  # deterministic, same as the API (timings aside)
+        for name, s in again["protocols"][p]["models"].items():
+            drop = ("fit_s", "predict_us_per_row")
+            assert {k: v for k, v in s.items() if k not in drop} == \
+                {k: v for k, v in doc["protocols"][p]["models"][name].items() if k not in drop}
 
 
-def test_lambda_suites_are_never_paired(tmp_path: Path) -> None:
-    t = m.load_table(_slice(LAMBDA, tmp_path / "l.csv", {"resnet50"}))
-    cfg = m.config_ids(t)
-    pairs = m.build_pairs(t, cfg)
-    assert {"v0", "v1_v2_curated"} <= set(t.suite)
-    for p in range(len(pairs)):
-        i = int(pairs.row[p])
-        prior_rows = [j for j in range(len(t)) if cfg[j] == cfg[i] and t.hardware[j] == pairs.prior_hw[p]]
-        assert {t.suite[j] for j in prior_rows} == {t.suite[i]}
+def test_cli_writes_a_history_that_leap_train_reads(small: Path, tmp_path: Path) -> None:
+    from predictor.registry import Registry
+    from training.train import train
+
+    res = CliRunner().invoke(m.app, [str(small), "--out", str(tmp_path / "h"), "--convert-only"])
+    assert res.exit_code == 0, res.output
+    history = read_history(tmp_path / "h")
+    assert history.finishes.num_rows == len(m.load_table(small))
+    _record, report = train(tmp_path / "h", Registry(tmp_path / "reg"))
+    assert report["training_window"]["rows"] > 0 and report["holdout"]["rows"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--models", "lightgbm,no_such_model"], "unknown model(s) no_such_model; known: lightgbm, lookup, transfer"),
+        (["--models", ","], "no model named"),
+        (["--convert-only"], "--convert-only needs --out DIR"),
+    ],
+)
+def test_bad_arguments_are_refused_clearly(small: Path, args: list[str], message: str) -> None:
+    res = CliRunner().invoke(m.app, [str(small), *args])
+    assert res.exit_code == 2
+    assert message in res.output
 
 
 HEADER = "workload,hardware,num_accelerators,global_batch_size,throughput"
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
 
 
 @pytest.mark.parametrize(
@@ -163,10 +187,12 @@ def _write(path: Path, text: str) -> Path:
         (f"{HEADER}\nx,A,0,8,5\n", "num_accelerators must be"),
         (f"{HEADER}\n", "no data rows"),
         (f"{HEADER}\nx,A,1,8,5\n", "nothing to pair"),
+        (f"{HEADER}\nx,A,1,8.5,5\nx,B,1,8.5,6\n", "global_batch_size must be a whole number"),
     ],
 )
 def test_bad_csv_gives_clear_error_and_nonzero_exit(tmp_path: Path, text: str, message: str) -> None:
-    path = _write(tmp_path / "bad.csv", text)
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
     with pytest.raises(m.MeasurementError, match=message.replace("(", r"\(").replace(")", r"\)")):
         m.evaluate(path)
     res = CliRunner().invoke(m.app, [str(path)])
@@ -178,3 +204,21 @@ def test_missing_file(tmp_path: Path) -> None:
     res = CliRunner().invoke(m.app, [str(tmp_path / "nope.csv")])
     assert res.exit_code == 2
     assert "no such file" in res.output
+
+
+def test_mlperf_table_is_one_configuration_per_round_and_benchmark() -> None:
+    t = m.load_table(MLPERF)
+    cfg = m.config_ids(t)
+    keys = {(t.suite[i], t.workload[i]) for i in range(len(t))}
+    assert int(cfg.max()) + 1 == len(keys)
+    assert set(t.batch.tolist()) == {1.0}
+
+
+def test_a_throughput_model_without_groups_plugs_in_as_it_is(small: Path) -> None:
+    result = m.evaluate(small, factories={"transfer": PriorTransfer}, protocols=("config_fold",))
+    wrapped = m.evaluate(small, models="transfer", protocols=("config_fold",))
+    drop = ("fit_s", "predict_us_per_row")
+    a = result["protocols"]["config_fold"]["models"]["transfer"]
+    b = wrapped["protocols"]["config_fold"]["models"]["transfer"]
+    assert orjson.dumps({k: v for k, v in a.items() if k not in drop}) == \
+        orjson.dumps({k: v for k, v in b.items() if k not in drop})

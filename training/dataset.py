@@ -313,8 +313,9 @@ def build_held_out_examples(train: History, held_out: History, catalogue: Catalo
     through its own :class:`~features.offline.OfflineFeatureState`, and at each of its submissions
     its snapshot takes the cross-job aggregates (lookup medians, paired ratios, whatever else the
     store keeps across jobs) from one state into which every event of ``train`` was replayed
-    (:meth:`~features.offline.OfflineFeatureState.snapshot` with ``job_source``). The aggregates are those of the whole training
-    history (a model trained on it serves with them); the job's own features are point-in-time.
+    (:meth:`~features.offline.OfflineFeatureState.snapshot` with ``job_source``). The aggregates
+    are those of the whole training history (a model trained on it serves with them); the job's
+    own features are point-in-time.
 
     Parameters
     ----------

@@ -1,10 +1,10 @@
-"""Convert the flattened public Gavel and Lambda tables into LEAP's measurement-table format.
+"""Convert the flattened public Gavel, Lambda and MLPerf tables into LEAP's measurement-table format.
 
 Run from the repository root::
 
     .venv/bin/python data/measurements/convert.py --source /path/to/shared/data
 
-It rewrites ``data/measurements/gavel.csv`` and ``data/measurements/lambda.csv``. The output is
+It rewrites ``data/measurements/gavel.csv``, ``lambda.csv`` and ``mlperf.csv``. The output is
 deterministic (sorted rows, fixed float formatting), so a re-run on the same input changes
 nothing in git. What is changed relative to the sources is listed in ``README.md`` next to this
 file.
@@ -28,6 +28,8 @@ BASE_COLUMNS = ("workload", "hardware", "num_accelerators", "global_batch_size",
 GAVEL_SOURCE_FILE = "scheduler/simulation_throughputs.json"
 GAVEL_COLUMNS = (
     *BASE_COLUMNS,
+    "family",
+    "framework",
     "per_accelerator_batch_size",
     "throughput_unit",
     "job_type",
@@ -37,6 +39,7 @@ LAMBDA_COLUMNS = (
     *BASE_COLUMNS,
     "precision",
     "suite",
+    "framework",
     "throughput_unit",
     "system",
     "nvlink",
@@ -97,6 +100,10 @@ def convert_gavel(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
                 "num_accelerators": str(gpus),
                 "global_batch_size": str(per_gpu * gpus),
                 "throughput": _num(tput),
+                # Gavel's own labels: its task ("image classification", ...) is the closest
+                # thing the source has to a model family; every job type is PyTorch.
+                "family": r["task"],
+                "framework": r["framework"].lower(),
                 "per_accelerator_batch_size": str(per_gpu),
                 "throughput_unit": unit,
                 "job_type": r["job_type"],
@@ -149,6 +156,7 @@ def convert_lambda(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
                 "throughput": _num(float(r["throughput"])),
                 "precision": r["precision"],
                 "suite": r["suite"],
+                "framework": _lambda_framework(r["source_path"]),
                 "throughput_unit": r["throughput_unit"].split(" (")[0],
                 "system": r["system_name"],
                 "nvlink": r["nvlink"].lower(),
@@ -156,6 +164,98 @@ def convert_lambda(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
             }
         )
     return out
+
+
+MLPERF_COLUMNS = (
+    *BASE_COLUMNS,
+    "suite",
+    "throughput_unit",
+    "ttt_min_olympic_mean",
+    "submitter_global_batch_size",
+    "system",
+    "availability",
+    "source_repo",
+    "source_commit",
+    "source_dir",
+)
+
+
+def mlperf_scale(rows: Sequence[dict[str, str]]) -> dict[tuple[str, str], int]:
+    """The accelerator count kept for each (round, benchmark): the one most hardware types share.
+
+    Ties go to the count with more submissions, then to the smaller count. Only submissions
+    with a time to train count.
+    """
+    types: dict[tuple[str, str], dict[int, set[str]]] = {}
+    subs: dict[tuple[str, str], dict[int, int]] = {}
+    for r in rows:
+        if not r["ttt_min_olympic_mean"]:
+            continue
+        key, n = (r["version"], r["benchmark"]), int(r["num_accelerators"])
+        types.setdefault(key, {}).setdefault(n, set()).add(r["accelerator"])
+        subs.setdefault(key, {})[n] = subs.setdefault(key, {}).get(n, 0) + 1
+    return {key: max(by_n, key=lambda n: (len(by_n[n]), subs[key][n], -n)) for key, by_n in types.items()}
+
+
+def convert_mlperf(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """MLPerf Training time-to-train to trainings per hour, one configuration per round and benchmark.
+
+    Parameters
+    ----------
+    rows
+        Rows of ``mlperf_training_submissions.csv`` (one per round x submitter x system x
+        benchmark).
+
+    Returns
+    -------
+    list of dict
+        The submissions with a time to train at the accelerator count of :func:`mlperf_scale`.
+
+    Notes
+    -----
+    ``throughput`` = 60 / ``ttt_min_olympic_mean``: complete trainings (to the benchmark's target
+    quality) per hour for the whole system, so that per accelerator it is throughput / accelerators
+    like every other table. The unit of work is one training, so ``global_batch_size`` is 1 and
+    the submitter's own batch is kept in ``submitter_global_batch_size`` (it differs across
+    submitters and changes how many steps a training takes; a configuration is round + benchmark
+    + accelerator count). ``suite`` is the round (``v4.0`` ...): rules and reference code change
+    between rounds, so rounds are never paired, as Lambda's suites are not.
+    """
+    scale = mlperf_scale(rows)
+    out: list[dict[str, str]] = []
+    for r in rows:
+        key = (r["version"], r["benchmark"])
+        if not r["ttt_min_olympic_mean"] or int(r["num_accelerators"]) != scale[key]:
+            continue
+        out.append(
+            {
+                "workload": r["benchmark"],
+                "hardware": r["accelerator"],
+                "num_accelerators": r["num_accelerators"],
+                "global_batch_size": "1",
+                "throughput": _num(60.0 / float(r["ttt_min_olympic_mean"])),
+                "suite": f"v{r['version']}",
+                "throughput_unit": "trainings/hour",
+                "ttt_min_olympic_mean": _num(float(r["ttt_min_olympic_mean"])),
+                "submitter_global_batch_size": _batch(r["global_batch_size"]),
+                "system": f"{r['submitter']}/{r['system_id']}",
+                "availability": r["availability"],
+                "source_repo": r["source_repo"],
+                "source_commit": r["source_commit"],
+                "source_dir": r["source_dir"],
+            }
+        )
+    return out
+
+
+def _batch(value: str) -> str:
+    """A batch size as a whole number, empty where the source has none."""
+    return str(int(float(value))) if value else ""
+
+
+def _lambda_framework(source_path: str) -> str:
+    """``pytorch`` for rows of the source's PyTorch benchmark files; empty (unknown) otherwise."""
+    return "pytorch" if source_path.startswith("pytorch/") else ""
 
 
 def _sort_key(r: Mapping[str, str]) -> tuple[str, str, str, int, int, str, str]:
@@ -184,15 +284,17 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 
 def main(
-    source: Annotated[Path, typer.Option(help="Folder with the flattened Gavel and Lambda CSVs")],
+    source: Annotated[Path, typer.Option(help="Folder with the flattened Gavel, Lambda and MLPerf CSVs")],
     out: Annotated[Path, typer.Option(help="Output folder")] = HERE,
 ) -> None:
-    """Rewrite gavel.csv and lambda.csv from the flattened public tables."""
+    """Rewrite gavel.csv, lambda.csv and mlperf.csv from the flattened public tables."""
     gavel = convert_gavel(_read(source / "gavel_throughputs.csv"))
     lam = convert_lambda(_read(source / "lambda_pytorch_throughputs.csv"))
+    mlperf = convert_mlperf(_read(source / "mlperf_training_submissions.csv"))
     write_table(out / "gavel.csv", gavel, GAVEL_COLUMNS)
     write_table(out / "lambda.csv", lam, LAMBDA_COLUMNS)
-    typer.echo(f"gavel.csv: {len(gavel)} rows; lambda.csv: {len(lam)} rows")
+    write_table(out / "mlperf.csv", mlperf, MLPERF_COLUMNS)
+    typer.echo(f"gavel.csv: {len(gavel)} rows; lambda.csv: {len(lam)} rows; mlperf.csv: {len(mlperf)} rows")
 
 
 if __name__ == "__main__":

@@ -1,60 +1,67 @@
-"""Evaluate LEAP's predictor and its baselines on a public measurement table.
+"""Score the served model and its rivals on a public measurement table, converted to LEAP history.
 
 A measurement table (CSV) has one row per (workload, configuration, hardware) with the columns
 ``workload, hardware, num_accelerators, global_batch_size, throughput`` and optionally
-``precision, seq_len, params, suite``. A *configuration* is workload + global batch +
-accelerator count (+ precision, + suite when present); rows of different suites (software
-stacks) are never paired.
+``precision, seq_len, params, suite, family, framework``. A *configuration* is workload + global
+batch + accelerator count (+ precision, + suite when present).
 
-The question asked is the one LEAP answers at submission time: a job measured on hardware *a*
-(its prior throughput) -- how fast will it run on hardware *h*? Every row on *h* whose
-configuration was also measured on another hardware *a* yields one (prior, target) pair per *a*.
-Two protocols hold data out:
+The table becomes history (:mod:`~training.measurements.history`): one job per configuration,
+one completed attempt per measurement, in a seeded random order. The question is the one LEAP
+answers at submission time: how fast will this attempt run on each candidate, given the job's own
+earlier attempts? Two protocols hold jobs out:
 
 ``config_fold``
-    configurations in 5 folds (seeded); a fold's pairs are predicted by models fitted on the pairs
-    and rows of the other folds.
+    configurations in 5 folds (seeded);
 ``leave_one_workload_out``
-    the same with each workload (across suites) held out in turn.
+    each workload (across suites) in turn.
 
-Three models run on the same pairs: ``lightgbm``, ``lookup`` (median of the workload on *h*) and
-``transfer`` (prior x median ratio *h*/*a*). Metrics come from :mod:`core.accuracy`.
+Per fold the models are fitted on the training jobs' point-in-time examples (the rows
+``leap train`` fits on) and predict the held-out jobs' attempts, each job seeing only its own
+past plus the training jobs' aggregates (:func:`training.dataset.build_held_out_examples`).
+The served model (``lightgbm``, :class:`predictor.lgbm.LightGBMThroughput`), the baselines
+(``lookup``, ``transfer``) and any registered alternative run on identical rows.
 
 Modules, each importing only those before it:
 
 :mod:`~training.measurements.table`
     reading and validating the CSV (:func:`load_table`, :class:`Table`).
 :mod:`~training.measurements.pairs`
-    configurations, (prior, target) pairs and the protocols' folds.
-:mod:`~training.measurements.baselines`
-    the ``lookup`` and ``transfer`` baselines.
-:mod:`~training.measurements.feature_space`
-    the pairwise LightGBM's features.
-:mod:`~training.measurements.lgbm`
-    the pairwise LightGBM and its blend with ``transfer`` for workloads it has not seen.
+    configurations and the protocols' folds.
+:mod:`~training.measurements.history`
+    the table as history (:func:`to_history`) and as an archive folder (:func:`write_history`).
+:mod:`~training.measurements.pairwise`
+    the pairwise LightGBM the command scored before, as one alternative on rows.
+:mod:`~training.measurements.estimators`
+    the estimator contract, the served model's parameters, the registry of models by name.
+:mod:`~training.measurements.runner`
+    the fold runner and the scores (:func:`run_protocol`).
 :mod:`~training.measurements.protocol`
-    every model on every fold, and :func:`evaluate` (the report of one table).
+    :func:`evaluate`: the report of one table.
 :mod:`~training.measurements.command`
     ``leap evaluate-measurements``.
 """
 
-from training.measurements.baselines import predict_lookup, predict_transfer, transfer_ratios
 from training.measurements.command import app, evaluate_measurements_cmd
-from training.measurements.feature_space import FeatureSpace
-from training.measurements.lgbm import (
-    DEFAULT_EXCLUDE,
-    DEFAULT_TARGET,
-    LGB_PARAMS,
-    LGB_ROUNDS,
-    TARGETS,
-    fit_predict,
-    new_workload_trust,
-    predict_lightgbm,
+from training.measurements.estimators import (
+    DEFAULT_MODELS,
+    REGISTRY,
+    SMALL_PARAMS,
+    SMALL_TRAINING_ROWS,
+    Estimator,
+    ModelFactory,
+    ServedModel,
+    register_model,
+    resolve_models,
+    served_params,
 )
-from training.measurements.pairs import N_FOLDS, PROTOCOLS, Pairs, build_pairs, config_ids, folds
-from training.measurements.protocol import MODELS, evaluate, fold_predictions, run_protocol
+from training.measurements.history import TableHistory, to_history, write_history
+from training.measurements.pairs import N_FOLDS, PROTOCOLS, config_ids, folds
+from training.measurements.pairwise import PairwiseLightGBM
+from training.measurements.protocol import evaluate, load_history
+from training.measurements.runner import PRIMARY, Fold, make_fold, run_protocol, score_model
 from training.measurements.table import (
     OPTIONAL_NUMERIC,
+    OPTIONAL_TEXT,
     REQUIRED_COLUMNS,
     FloatArray,
     IntArray,
@@ -64,35 +71,39 @@ from training.measurements.table import (
 )
 
 __all__ = [
-    "DEFAULT_EXCLUDE",
-    "DEFAULT_TARGET",
-    "LGB_PARAMS",
-    "LGB_ROUNDS",
-    "MODELS",
+    "DEFAULT_MODELS",
     "N_FOLDS",
     "OPTIONAL_NUMERIC",
+    "OPTIONAL_TEXT",
+    "PRIMARY",
     "PROTOCOLS",
+    "REGISTRY",
     "REQUIRED_COLUMNS",
-    "TARGETS",
-    "FeatureSpace",
+    "SMALL_PARAMS",
+    "SMALL_TRAINING_ROWS",
+    "Estimator",
     "FloatArray",
+    "Fold",
     "IntArray",
     "MeasurementError",
-    "Pairs",
+    "ModelFactory",
+    "PairwiseLightGBM",
+    "ServedModel",
     "Table",
+    "TableHistory",
     "app",
-    "build_pairs",
     "config_ids",
     "evaluate",
     "evaluate_measurements_cmd",
-    "fit_predict",
-    "fold_predictions",
     "folds",
+    "load_history",
     "load_table",
-    "new_workload_trust",
-    "predict_lightgbm",
-    "predict_lookup",
-    "predict_transfer",
+    "make_fold",
+    "register_model",
+    "resolve_models",
     "run_protocol",
-    "transfer_ratios",
+    "score_model",
+    "served_params",
+    "to_history",
+    "write_history",
 ]

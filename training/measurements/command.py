@@ -1,4 +1,4 @@
-"""``leap evaluate-measurements``: evaluate a measurement table, print the table, write JSON."""
+"""``leap evaluate-measurements``: evaluate models on a measurement table, print a table, write JSON."""
 
 from __future__ import annotations
 
@@ -8,35 +8,63 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from training.measurements.protocol import evaluate
+from core.hardware import load_catalogue
+from training.measurements.estimators import DEFAULT_MODELS, resolve_models
+from training.measurements.history import write_history
+from training.measurements.protocol import evaluate, load_history
 from training.measurements.table import MeasurementError
 
 
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "-" if x is None or x != x else f"{x:.{digits}f}"  # x != x: NaN
+
+
 def _render(result: dict[str, Any]) -> None:
-    """Print one line per (protocol, model) with its accuracy figures."""
+    """Print one line per (protocol, model): primary figures, all rows, ranking, cost."""
     # Imported here: rich is only needed when the command runs, not when the API is imported.
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    tab = RichTable(title=f"{result['file']}: {result['rows']} rows, {result['pairs']} pairs")
-    for c in ("protocol", "model", "acc@10", "acc@20", "MAPE", "n"):
+    tab = RichTable(title=f"{result['file']}: {result['rows']} measurements, {result['jobs']} jobs "
+                          f"(acc/MAPE on rows whose job ran elsewhere before; 'all' = every attempt)")
+    cols = ("protocol", "model", "acc@10", "acc@20", "MAPE", "n", "acc@10 all", "top-1", "regret", "fit s", "µs/row")
+    for c in cols:
         tab.add_column(c, justify="left" if c in ("protocol", "model") else "right")
-    for proto, models in result["protocols"].items():
-        for m, s in models.items():
-            tab.add_row(proto, m, f"{s['acc@10']:.3f}", f"{s['acc@20']:.3f}", f"{s['mape']:.3f}", str(s["n"]))
+    for proto, block in result["protocols"].items():
+        for m, s in block["models"].items():
+            tab.add_row(proto, m, _fmt(s["acc@10"]), _fmt(s["acc@20"]), _fmt(s["mape"]), str(s["n"]),
+                        _fmt(s["all"]["acc@10"]), _fmt(s["top1"]), _fmt(s["regret"]), _fmt(s["fit_s"], 1),
+                        _fmt(s["predict_us_per_row"], 1))
     Console().print(tab)
 
 
 def evaluate_measurements_cmd(
     file: Annotated[Path, typer.Argument(help="Measurement CSV (workload, hardware, ... throughput)")],
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Also write the result as JSON here")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the folds and of LightGBM")] = 0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the result as JSON here")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the folds, the attempts' order and the models")] = 0,
+    models: Annotated[str, typer.Option(
+        help="Comma-separated registered models, or 'all' (an unknown name lists the known ones)")]
+    = ",".join(DEFAULT_MODELS),
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Also write the table as a LEAP history archive here (for `leap train --history`)")] = None,
+    convert_only: Annotated[bool, typer.Option(help="With --out: write the history and stop")] = False,
 ) -> None:
-    """Evaluate LightGBM against the lookup and transfer baselines on a measurement table."""
+    """Score the served model and its rivals on a measurement table converted to LEAP history."""
     try:
-        result = evaluate(file, seed=seed)
+        if convert_only and out is None:
+            raise ValueError("--convert-only needs --out DIR")
+        resolve_models(models)  # a bad --models fails before anything is written
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    try:
+        if out is not None:
+            _, th = load_history(file, seed, load_catalogue())
+            counts = write_history(th.history, out)
+            typer.echo(f"wrote {out}: " + ", ".join(f"{n} {k}" for k, n in counts.items()), err=True)
+            if convert_only:
+                return
+        result = evaluate(file, seed=seed, models=models)
     except MeasurementError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None

@@ -1,123 +1,104 @@
-"""The evaluation protocol: every model on every fold, and the report of one table."""
+"""The report of one measurement table: convert it to history, run every protocol, say what was done."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
+from core.hardware import Catalogue, load_catalogue
+from training.measurements.estimators import (
+    DEFAULT_MODELS,
+    SMALL_PARAMS,
+    SMALL_TRAINING_ROWS,
+    ModelFactory,
+    resolve_models,
+)
+from training.measurements.history import TableHistory, to_history
+from training.measurements.pairs import PROTOCOLS, config_ids
+from training.measurements.runner import PRIMARY, run_protocol
+from training.measurements.table import MeasurementError, Table, load_table
 
-from core.accuracy import summary
-from core.hardware import Catalogue
-from training.measurements.baselines import predict_lookup, predict_transfer
-from training.measurements.feature_space import FeatureSpace
-from training.measurements.lgbm import DEFAULT_EXCLUDE, DEFAULT_TARGET, predict_lightgbm
-from training.measurements.pairs import PROTOCOLS, Pairs, build_pairs, config_ids, folds
-from training.measurements.table import FloatArray, IntArray, MeasurementError, Table, load_table
 
-MODELS = ("lightgbm", "lookup", "transfer")
+def load_history(csv_path: Path | str, seed: int = 0, catalogue: Catalogue | None = None
+                 ) -> tuple[Table, TableHistory]:
+    """Read a measurement CSV and convert it (:func:`training.measurements.history.to_history`).
 
-
-def fold_predictions(
-    t: Table,
-    pairs: Pairs,
-    test_rows: npt.NDArray[np.bool_],
-    space: FeatureSpace,
-    target: str = DEFAULT_TARGET,
-    seed: int = 0,
-    exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
-) -> tuple[IntArray, dict[str, FloatArray]]:
-    """Predictions of every model for the pairs whose target row is a test row.
-
-    Training uses only rows outside ``test_rows`` and the pairs formed among them; both
-    protocols hold out whole configurations, so a training pair's prior is never a test row.
-
-    Returns
-    -------
-    (test_pair_indices, {model: predictions})
+    Raises
+    ------
+    MeasurementError
+        If the file is missing or invalid, or no configuration was measured on two hardware
+        types (nothing would test carrying a job's throughput across hardware).
     """
-    in_test = test_rows[pairs.row]
-    # A pair is usable for training only if its target and its prior's configuration are both
-    # outside the test fold; configurations never straddle folds, so the target row decides.
-    train = np.flatnonzero(~in_test)
-    test = np.flatnonzero(in_test)
-    train_rows = np.flatnonzero(~test_rows)
-    preds = {
-        "lightgbm": predict_lightgbm(t, pairs, train, test, space, target, seed, exclude),
-        "lookup": predict_lookup(t, pairs, train_rows, test),
-        "transfer": predict_transfer(t, pairs, train, test),
-    }
-    return test, preds
-
-
-def run_protocol(
-    t: Table,
-    cfg: IntArray,
-    pairs: Pairs,
-    protocol: str,
-    space: FeatureSpace,
-    seed: int = 0,
-    target: str = DEFAULT_TARGET,
-    exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
-) -> dict[str, dict[str, Any]]:
-    """Metrics of each model over all folds of ``protocol`` (every pair predicted once)."""
-    pred = {m: np.full(len(pairs), np.nan) for m in MODELS}
-    for test_rows in folds(t, cfg, protocol, seed):
-        test, fold_pred = fold_predictions(t, pairs, test_rows, space, target, seed, exclude)
-        for m in MODELS:
-            pred[m][test] = fold_pred[m]
-    actual = t.throughput[pairs.row]
-    return {m: summary(pred[m], actual) for m in MODELS}
+    path = Path(csv_path)
+    t = load_table(path)
+    cfg = config_ids(t)
+    hardware_per_config: dict[int, set[str]] = {}
+    for c, h in zip(cfg.tolist(), t.hardware, strict=True):
+        hardware_per_config.setdefault(c, set()).add(h)
+    if max(len(hs) for hs in hardware_per_config.values()) < 2:
+        raise MeasurementError(f"{path}: no configuration is measured on two hardware types; nothing to pair")
+    return t, to_history(t, catalogue or load_catalogue(), seed=seed, name=path.stem)
 
 
 def evaluate(
     csv_path: Path | str,
     seed: int = 0,
-    target: str = DEFAULT_TARGET,
-    exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
+    models: Sequence[str] | str = DEFAULT_MODELS,
     catalogue: Catalogue | None = None,
+    factories: Mapping[str, ModelFactory] | None = None,
+    protocols: Sequence[str] = PROTOCOLS,
 ) -> dict[str, Any]:
-    """Evaluate LightGBM and both baselines on a measurement table under both protocols.
+    """Evaluate models on a measurement table under both protocols.
 
     Parameters
     ----------
     csv_path
         Measurement CSV (see :mod:`training.measurements`).
     seed
-        Seed of the configuration folds and of LightGBM.
-    target
-        LightGBM target transform, ``ratio`` (default) or ``log``.
-    exclude
-        LightGBM feature names to leave out (ablations).
+        Seed of the configuration folds, of the attempts' order and of the models.
+    models
+        Registered model names (:data:`training.measurements.estimators.REGISTRY`), a list or
+        a comma-separated string; ``all`` for every one.
     catalogue
-        Hardware catalogue for the spec features; default :func:`core.hardware.load_catalogue`.
+        Hardware catalogue (specs, canonical names, prices); default :func:`core.hardware.load_catalogue`.
+    factories
+        ``name -> factory`` to run instead of ``models`` (models that are not registered).
+    protocols
+        Which protocols to run.
 
     Returns
     -------
     dict
-        ``{"rows", "pairs", "protocols": {protocol: {model: {"acc@10", "acc@20", "mape", "n",
-        "n_missing"}}}, "lightgbm_target", "seed", "hardware_in_catalogue"}``.
+        ``{"file", "rows", "jobs", "seed", "models", "primary", "served_params", "conversion",
+        "protocols": {protocol: {"folds", "rows", "seconds", "models": {model: scores}}},
+        "seconds"}``; the scores are :func:`training.measurements.runner.score_model`'s.
 
     Raises
     ------
     MeasurementError
         If the file is missing or invalid, or no configuration was measured on two hardware types.
+    ValueError
+        An unknown model or protocol name.
     """
-    path = Path(csv_path)
-    t = load_table(path)
-    cfg = config_ids(t)
-    pairs = build_pairs(t, cfg)
-    if len(pairs) == 0:
-        raise MeasurementError(f"{path}: no configuration is measured on two hardware types; nothing to pair")
-    space = FeatureSpace.build(t, catalogue)
+    t0 = time.perf_counter()
+    unknown = [p for p in protocols if p not in PROTOCOLS]
+    if unknown:
+        raise ValueError(f"unknown protocol(s) {', '.join(unknown)}; known: {', '.join(PROTOCOLS)}")
+    chosen = dict(factories) if factories is not None else resolve_models(models, seed)
+    catalogue = catalogue or load_catalogue()
+    t, th = load_history(csv_path, seed, catalogue)
     return {
-        "file": str(path),
+        "file": str(csv_path),
         "rows": len(t),
-        "pairs": len(pairs),
+        "jobs": th.notes["jobs"],
         "seed": seed,
-        "lightgbm_target": target,
-        "lightgbm_excluded_features": list(exclude),
-        "hardware_in_catalogue": sorted(h for h, s in space.specs.items() if not np.isnan(s).all()),
-        "protocols": {p: run_protocol(t, cfg, pairs, p, space, seed, target, exclude) for p in PROTOCOLS},
+        "models": list(chosen),
+        "primary": f"rows of evidence {PRIMARY!r}: the job ran on other hardware before, not on this one",
+        "served_params": {"below_training_rows": SMALL_TRAINING_ROWS, "small": SMALL_PARAMS,
+                          "else": "leap train's (LightGBMThroughput defaults)"},
+        "conversion": th.notes,
+        "protocols": {p: run_protocol(th, t, p, chosen, catalogue, seed) for p in protocols},
+        "seconds": round(time.perf_counter() - t0, 2),
     }

@@ -14,6 +14,9 @@ REQUIRED_COLUMNS = ("workload", "hardware", "num_accelerators", "global_batch_si
 #: The required columns that must hold positive numbers.
 POSITIVE_COLUMNS = REQUIRED_COLUMNS[2:]
 OPTIONAL_NUMERIC = ("params", "seq_len")
+#: Optional labels: ``precision`` and ``suite`` are part of a configuration; ``family`` and
+#: ``framework`` describe the workload (used only when the source itself states them).
+OPTIONAL_TEXT = ("precision", "suite", "family", "framework")
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -29,8 +32,9 @@ class Table:
 
     Attributes
     ----------
-    workload, hardware, precision, suite
-        String columns; ``precision`` and ``suite`` are ``""`` where the file has no such column.
+    workload, hardware, precision, suite, family, framework
+        String columns; the optional ones (:data:`OPTIONAL_TEXT`) are ``""`` where the file has no
+        such column or leaves the cell empty.
     num_accelerators, batch, throughput, params, seq_len
         Numeric columns; ``params``/``seq_len`` are NaN where absent.
     optional
@@ -41,6 +45,8 @@ class Table:
     hardware: list[str]
     precision: list[str]
     suite: list[str]
+    family: list[str]
+    framework: list[str]
     num_accelerators: FloatArray
     batch: FloatArray
     throughput: FloatArray
@@ -81,12 +87,14 @@ def load_table(path: Path) -> Table:
         hardware=[r["hardware"] for r in raw],
         precision=[r.get("precision", "") for r in raw],
         suite=[r.get("suite", "") for r in raw],
+        family=[r.get("family", "") for r in raw],
+        framework=[r.get("framework", "") for r in raw],
         num_accelerators=np.array(cols["num_accelerators"]),
         batch=np.array(cols["global_batch_size"]),
         throughput=np.array(cols["throughput"]),
         params=np.array(cols["params"]),
         seq_len=np.array(cols["seq_len"]),
-        optional=frozenset(c for c in (*OPTIONAL_NUMERIC, "precision", "suite") if c in header),
+        optional=frozenset(c for c in (*OPTIONAL_NUMERIC, *OPTIONAL_TEXT) if c in header),
     )
 
 
