@@ -99,4 +99,16 @@ class PriorTransfer(ThroughputModel):
         return first_finite(rows["transfer_log"], rows["lookup_model_log"], rows["lookup_family_log"])
 
 
-BASELINES: dict[str, type[ThroughputModel]] = {m.kind: m for m in (LookupTable, PriorTransfer)}
+class PairedTransfer(ThroughputModel):
+    """The job's own prior throughput, moved across hardware by the ratio other jobs of its model
+    type (else family, else any job) showed between the two types near its configuration
+    (:mod:`features.pairs`); else the plain transfer; else lookup."""
+
+    kind = "transfer_paired"
+
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        return first_finite(rows["transfer_paired_log"], rows["transfer_log"], rows["lookup_model_log"],
+                            rows["lookup_family_log"])
+
+
+BASELINES: dict[str, type[ThroughputModel]] = {m.kind: m for m in (LookupTable, PriorTransfer, PairedTransfer)}

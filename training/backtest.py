@@ -5,8 +5,10 @@ the training window), then score the day's finished attempts with features as of
 submission. Rows are built once for the whole history (they are point-in-time by
 construction); only the models change from night to night.
 
-Models scored side by side: ``lightgbm``, ``lookup``, ``transfer`` and, where the history has
-the simulator's oracle table, two references that no model can beat:
+Models scored side by side: ``lightgbm`` (the served model), the baselines ``transfer_paired``
+(the job's prior times the ratio earlier jobs showed between the two types near its
+configuration), ``transfer`` (times the ratio of lookup medians) and ``lookup``, and, where the
+history has the simulator's oracle table, two references that no model can beat:
 
 * ``oracle``: the noise-free expected throughput, which includes the job's own speed factor;
 * ``ceiling``: the best a predictor can do *at submission time*: it knows the simulator's law
@@ -37,9 +39,9 @@ from training.dataset import DAY, Examples, History, build_examples_with_progres
 from training.days import checked_first_test_day, day_text, first_test_day, submitted_on, training_rows
 from training.train import baseline_models, fit_model
 
-METRICS = ("acc@10", "acc@20", "mape", "top1", "regret")
+METRICS = ("acc@10", "acc@20", "mape", "top1", "regret", "band_coverage")
 #: Scored side by side, in the order tables list them.
-METHODS = ("lightgbm", "transfer", "lookup", "oracle", "ceiling")
+METHODS = ("lightgbm", "transfer_paired", "transfer", "lookup", "oracle", "ceiling")
 
 
 def _oracle_map(history: History, column: str = "oracle_throughput") -> dict[tuple[str, str], float]:
@@ -245,6 +247,7 @@ def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any
         assert isinstance(model, ThroughputModel)
         pred = preds[name] = model.predict(test.rows)
         row[name] = summary(pred, test.y)
+    row["lightgbm"]["band_coverage"] = band_coverage(models["lightgbm"], preds["lightgbm"], test)
     _record_errors(errors, test, preds["lightgbm"])
     if oracle.throughput:
         preds["oracle"] = oracle.per_accelerator(test)
@@ -257,6 +260,13 @@ def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any
     for name, picks in _pick_metrics(models, test, oracle.throughput, catalogue).items():
         row[name].update(picks)
     return row
+
+
+def band_coverage(model: ThroughputModel, pred: np.ndarray, test: Examples) -> float:
+    """Share of measured throughputs inside the model's band (nominally 80%: 10th to 90th percentile)."""
+    lower, upper = model.predict_band(pred, test.rows)
+    inside = (test.y >= lower) & (test.y <= upper)
+    return float(np.mean(inside)) if len(test.y) else float("nan")
 
 
 def _record_errors(errors: dict[str, list[Any]], test: Examples, pred: np.ndarray) -> None:
@@ -287,10 +297,12 @@ def _summarise(per_day: list[dict[str, Any]], errors: dict[str, list[Any]], wind
                 for key in per_day[0]["by_evidence"][level]}
         for level in EVIDENCE
     }
-    wins = sum(r["lightgbm"]["acc@10"] > r["transfer"]["acc@10"] for r in per_day)
+    wins = {f"lightgbm_beats_{base}_days": sum(r["lightgbm"]["acc@10"] > r[base]["acc@10"] for r in per_day)
+            for base in ("transfer", "transfer_paired", "lookup")}
+    coverage = [r["lightgbm"]["band_coverage"] for r in per_day]
     return {"days": len(per_day), "window_days": window_days, "mean": mean, "by_evidence": by_evidence,
-            "per_day": per_day,
-            "lightgbm_beats_transfer_days": wins, "data_hash": data_hash,
+            "per_day": per_day, **wins,
+            "band_coverage_range": [float(np.min(coverage)), float(np.max(coverage))], "data_hash": data_hash,
             "lightgbm_by_hardware": _breakdown(errors, "hardware"), "lightgbm_by_family": _breakdown(errors, "family"),
             "lightgbm_sample": _sample(errors, 3000)}
 
