@@ -7,23 +7,27 @@ Two stages.
    ratio between two hardware types is what moves a job's prior throughput across hardware:
    ``base_transfer_log = prior_other_log + base(h) - base(prior_hw)``.
 2. The **main model** predicts the residual ``log(y) - anchor``, where the anchor is the best
-   simple estimate the row has (own throughput on this hardware, else the transferred prior,
-   else the base model, else lookup medians, else roofline). Trees learn corrections to an
-   already good guess, which the drivers report compares with learning ``log(y)`` directly.
+   simple estimate the row has (own throughput on this hardware; else the prior carried across
+   by a blend of the base model's ratio and the paired ratio other jobs showed between the two
+   types, :mod:`features.pairs`; else the base model, else lookup medians, else roofline). Trees
+   learn corrections to an already good guess, which the drivers report compares with learning
+   ``log(y)`` directly.
 
 The base model's trees are linear in their leaves (``linear_tree``): within a region of
 configurations, log throughput moves nearly linearly with log batch, log FLOPs and the roofline
 terms, which piecewise-constant leaves approximate in steps.
 
-A random tenth of the training rows is held out (the *calibration* rows), and both stages are
-trained on the other nine tenths. On the calibration rows, per evidence level (own history on
-this hardware / elsewhere only / none):
-
-- **trust**: how much of the main model's correction to apply, ``anchor + w x correction`` with
-  ``w`` in 0, 0.1, ..., 1 chosen for acc@10. The main model learns its corrections against
-  anchors the base model computed on its own training rows, where the base is more accurate than
-  on new jobs; where that makes the corrections overshoot, the held-out rows say so;
-- **band**: split-conformal residual quantiles of the final prediction.
+Some of it is chosen on rows the stages were not fitted on (:mod:`predictor.calibration`): the
+paired ratio's share in the blend, and per evidence level (own history on this hardware /
+elsewhere only / none) the **trust** in the main model's correction (``anchor + w x
+correction``; the main model learns its corrections against anchors the base model computed on
+its own training rows, where the base is more accurate than on new jobs, so they can overshoot)
+and the split-conformal **band**. From :data:`HOLDOUT_FROM` training rows on, a random tenth is
+held out for this and both stages are fitted on the rest; below, every row is scored out of fold
+(five folds by job) and the stages are then fitted on all rows, whose categories (a few dozen rows
+per hardware type) also get LightGBM's settings for few rows (:data:`FEW_ROWS_CATEGORY_SETTINGS`).
+Below :data:`SMALL_ROWS` rows the trees are also made smaller (:data:`SMALL_SIZE`), since 300
+trees of 63 leaves fit noise there.
 """
 
 from __future__ import annotations
@@ -33,15 +37,28 @@ from typing import Any, ClassVar
 import lightgbm as lgb
 import numpy as np
 
-from core.accuracy import best_weight
 from features.rows import CATEGORICAL, GROUPS, PAIR_COLUMNS, Rows, hardware_table, with_hardware
+from predictor.calibration import (
+    EVIDENCE,
+    band_by_evidence,
+    blend,
+    choose_blend,
+    evidence_level,
+    job_folds,
+    paired_transfer,
+    restore,
+    subset,
+    trust_by_evidence,
+)
 from predictor.learned_roofline import LearnedRoofline, usable_rows
-from predictor.models import BAND_QUANTILES, ThroughputModel, first_finite
+from predictor.models import ThroughputModel, first_finite
+
+__all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidence_level", "job_effects"]
 
 #: Anchor candidates in order of preference, each with the feature group it needs.
 ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
     ("prior_same_log", "prior"),
-    ("base_transfer_log", "prior"),
+    ("blended_transfer_log", "prior"),
     ("base_log", "hardware"),
     ("transfer_log", "prior"),
     ("lookup_model_log", "lookup"),
@@ -50,16 +67,24 @@ ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
 )
 #: Columns the base model reads: the configuration and the candidate's own hardware.
 BASE_GROUPS = ("config", "hardware")
-DERIVED = ("base_log", "base_transfer_log", "base_ratio")
+DERIVED = ("base_log", "base_transfer_log", "base_ratio", "blended_transfer_log")
+#: From this many training rows on, a random tenth is held out to calibrate; below, all rows out of fold.
+HOLDOUT_FROM = 20_000
+HOLDOUT_SHARE = 0.1
+FOLDS = 5
+#: Below this many training rows the trees are small and many, learning slowly from few rows per
+#: leaf: the settings the old pairwise model used on the public tables' few hundred rows (fold
+#: seed 0 compared them with two other sizes, docs/measurements.md).
+SMALL_ROWS = 1000
+SMALL_SIZE: dict[str, float] = {"num_leaves": 15, "n_estimators": 400, "min_child_samples": 5, "learning_rate": 0.05}
+#: LightGBM's categorical settings (its defaults from :data:`HOLDOUT_FROM` rows on). Its own
+#: defaults (100 rows per category, smoothing 10) never split on a hardware type with a few dozen
+#: rows, which is every type of a public measurement table.
+CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 100, "cat_smooth": 10.0, "cat_l2": 10.0}
+FEW_ROWS_CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 5, "cat_smooth": 1.0, "cat_l2": 1.0}
 #: The base model's column from :class:`predictor.learned_roofline.LearnedRoofline`.
 LEARNED_ROOFLINE = "log_learned_roofline"
 TARGETS = ("residual", "log", "raw")
-EVIDENCE = ("same", "other", "none")
-
-
-def evidence_level(rows: Rows) -> np.ndarray:
-    """0: the job ran on this hardware before; 1: only elsewhere; 2: never."""
-    return np.where(rows["prior_same_n"] > 0, 0, np.where(rows["prior_other_n"] > 0, 1, 2))
 
 
 def _predict_distinct(booster: lgb.Booster, x: np.ndarray, num_threads: int) -> np.ndarray:
@@ -116,7 +141,7 @@ class LightGBMThroughput(ThroughputModel):
         learning_rate: float = 0.08,
         min_child_samples: int = 30,
         target: str = "residual",
-        feature_groups: tuple[str, ...] = ("config", "hardware", "prior", "lookup"),
+        feature_groups: tuple[str, ...] = ("config", "hardware", "prior", "lookup", "paired"),
         num_threads: int = 2,
         base_linear: bool = True,
         learned_roofline: bool = True,
@@ -145,6 +170,9 @@ class LightGBMThroughput(ThroughputModel):
         self.vocab_: dict[str, dict[str, int]] = {}
         self.band_by_evidence_: dict[str, tuple[float, float]] = {}
         self.trust_by_evidence_: dict[str, float] = {}
+        self.blend_k_: float = float("inf")
+        self.size_: dict[str, float] = {}
+        self.categories_: dict[str, float] = dict(CATEGORY_SETTINGS)
 
     def get_params(self) -> dict[str, Any]:
         return {
@@ -177,11 +205,11 @@ class LightGBMThroughput(ThroughputModel):
 
     def _params(self, min_child_samples: int, leaves: int | None = None) -> dict[str, Any]:
         return {
-            "objective": "regression", "num_leaves": leaves or self.num_leaves, "learning_rate": self.learning_rate,
-            "min_child_samples": min_child_samples, "num_threads": self.num_threads,
-            "seed": self.seed, "deterministic": True, "force_col_wise": True, "verbose": -1,
-            "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1, "lambda_l2": 1.0,
-            "max_cat_to_onehot": 8, "cat_smooth": 10.0,
+            "objective": "regression", "num_leaves": leaves or int(self.size_["num_leaves"]),
+            "learning_rate": self.size_["learning_rate"], "min_child_samples": min_child_samples,
+            "num_threads": self.num_threads, "seed": self.seed, "deterministic": True, "force_col_wise": True,
+            "verbose": -1, "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1, "lambda_l2": 1.0,
+            "max_cat_to_onehot": 8, **self.categories_,
         }
 
     def _uses_base(self) -> bool:
@@ -194,22 +222,27 @@ class LightGBMThroughput(ThroughputModel):
         return self._matrix(rows, self.base_features_)
 
     def _with_base(self, rows: Rows) -> Rows:
-        """Rows plus the base model's columns (:data:`DERIVED`)."""
+        """Rows plus the base model's columns and the blended transfer (:data:`DERIVED`)."""
         n = len(rows["hardware"])
-        if self.base_ is None:
-            nan = np.full(n, np.nan)
-            return {**rows, "base_log": nan, "base_transfer_log": nan, "base_ratio": nan}
-        base = self.base_.predict(self._base_matrix(rows), num_threads=self.predict_threads)
-        # The same configuration on the job's prior hardware (a type seen in training).
-        prior_hw = rows["prior_hw"]
-        has_prior = np.array([h in self.hardware_specs_ for h in prior_hw])
-        base_prior = np.full(n, np.nan)
-        if has_prior.any():
-            swapped = with_hardware({c: v[has_prior] for c, v in rows.items()}, self.hardware_specs_,
-                                    prior_hw[has_prior])
-            base_prior[has_prior] = _predict_distinct(self.base_, self._base_matrix(swapped), self.predict_threads)
+        base = base_prior = np.full(n, np.nan)
+        if self.base_ is not None:
+            base = np.asarray(self.base_.predict(self._base_matrix(rows), num_threads=self.predict_threads))
+            # The same configuration on the job's prior hardware (a type seen in training).
+            prior_hw = rows["prior_hw"]
+            has_prior = np.array([h in self.hardware_specs_ for h in prior_hw])
+            base_prior = np.full(n, np.nan)
+            if has_prior.any():
+                swapped = with_hardware(subset(rows, has_prior), self.hardware_specs_, prior_hw[has_prior])
+                base_prior[has_prior] = _predict_distinct(self.base_, self._base_matrix(swapped),
+                                                          self.predict_threads)
         ratio = base - base_prior
-        return {**rows, "base_log": base, "base_transfer_log": rows["prior_other_log"] + ratio, "base_ratio": ratio}
+        base_transfer = rows["prior_other_log"] + ratio
+        blended = base_transfer
+        if "paired" in self.feature_groups:
+            paired, weight = paired_transfer(rows)
+            blended = blend(base_transfer, paired, weight, self.blend_k_)
+        return {**rows, "base_log": base, "base_transfer_log": base_transfer, "base_ratio": ratio,
+                "blended_transfer_log": blended}
 
     def _to_target(self, y: np.ndarray, anchor: np.ndarray) -> np.ndarray:
         if self.target == "raw":
@@ -224,7 +257,7 @@ class LightGBMThroughput(ThroughputModel):
     # ------------------------------------------------------------------ estimator
 
     def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None = None) -> LightGBMThroughput:
-        """Fit both stages.
+        """Fit both stages and calibrate the blend, the trust and the band.
 
         Parameters
         ----------
@@ -232,23 +265,72 @@ class LightGBMThroughput(ThroughputModel):
             Model rows and measured per-accelerator throughput.
         groups
             Job key of each row. When given, the base model is refitted once on targets with
-            each job's own speed factor removed, so that it learns the hardware, not the jobs.
+            each job's own speed factor removed, so that it learns the hardware, not the jobs,
+            and out-of-fold calibration keeps a job's rows together.
         """
         self._check_params()
         y = np.asarray(y, dtype=np.float64)
-        calibrate = np.random.default_rng(self.seed).random(len(y)) < 0.1
         self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(rows[c].tolist())))} for c in CATEGORICAL}
-        fit_rows = {c: v[~calibrate] for c, v in rows.items()}
-        fit_y = y[~calibrate]
-        self.base_ = None
-        self.roofline_ = None
-        if self._uses_base():
-            self._fit_base(fit_rows, fit_y, None if groups is None else np.asarray(groups)[~calibrate])
-        self._fit_main(fit_rows, fit_y)
-        held_rows, held_y = {c: v[calibrate] for c, v in rows.items()}, y[calibrate]
-        self._calibrate_trust(held_rows, held_y)
-        self._calibrate_band(held_rows, held_y)
+        small = len(y) < SMALL_ROWS
+        self.size_ = {name: SMALL_SIZE[name] if small else getattr(self, name) for name in SMALL_SIZE}
+        self.categories_ = dict(CATEGORY_SETTINGS if len(y) >= HOLDOUT_FROM else FEW_ROWS_CATEGORY_SETTINGS)
+        if len(y) >= HOLDOUT_FROM:
+            self._fit_with_holdout(rows, y, groups)
+        else:
+            self._fit_out_of_fold(rows, y, groups)
         return self
+
+    def _fit_with_holdout(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
+        """Fit on a random nine tenths, calibrate on the rest."""
+        held = (job_folds(groups, round(1 / HOLDOUT_SHARE), self.seed) == 0) if groups is not None \
+            else np.random.default_rng(self.seed).random(len(y)) < HOLDOUT_SHARE
+        fit_rows, fit_y = subset(rows, ~held), y[~held]
+        self._fit_base(fit_rows, fit_y, None if groups is None else np.asarray(groups)[~held])
+        held_rows, held_y = subset(rows, held), y[held]
+        self.blend_k_ = self._choose_blend([self._with_base(held_rows)], [held_y])
+        self._fit_main(fit_rows, fit_y)
+        anchor, correction = self._anchor_and_correction(held_rows)
+        self._calibrate(anchor, correction, held_y, evidence_level(held_rows))
+
+    def _fit_out_of_fold(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
+        """Score every row with stages fitted on the other folds, calibrate on that, then fit on all."""
+        keys = np.arange(len(y)) if groups is None else np.asarray(groups)
+        folds = job_folds(keys, FOLDS, self.seed)
+        parts: list[tuple[LightGBMThroughput, np.ndarray]] = []
+        for f in range(FOLDS):
+            held = folds == f
+            if held.any() and not held.all():
+                part = self._sibling()
+                part._fit_base(subset(rows, ~held), y[~held], None if groups is None else keys[~held])
+                parts.append((part, held))
+        self.blend_k_ = self._choose_blend([m._with_base(subset(rows, held)) for m, held in parts],
+                                           [y[held] for _, held in parts])
+        outcome: list[tuple[np.ndarray, ...]] = []
+        for part, held in parts:
+            part.blend_k_ = self.blend_k_
+            part._fit_main(subset(rows, ~held), y[~held])
+            held_rows = subset(rows, held)
+            outcome.append((*part._anchor_and_correction(held_rows), y[held], evidence_level(held_rows)))
+        self._fit_base(rows, y, groups)
+        self._fit_main(rows, y)
+        if outcome:
+            self._calibrate(*(np.concatenate(parts_) for parts_ in zip(*outcome, strict=True)))
+
+    def _sibling(self) -> LightGBMThroughput:
+        """An unfitted model with these parameters, vocabularies and tree sizes (for one fold)."""
+        params = self.get_params()
+        params["feature_groups"] = tuple(params["feature_groups"])
+        model = type(self)(**params)
+        model.vocab_, model.size_, model.categories_ = self.vocab_, self.size_, self.categories_
+        return model
+
+    def _choose_blend(self, held: list[Rows], held_y: list[np.ndarray]) -> float:
+        """The paired ratio's share in the blend, chosen on held-out rows (base ratio alone without pairs)."""
+        if "paired" not in self.feature_groups or not held:
+            return float("inf")
+        columns = [(r["base_transfer_log"], *paired_transfer(r)) for r in held]
+        base_transfer, paired, weight = (np.concatenate(c) for c in zip(*columns, strict=True))
+        return choose_blend(base_transfer, paired, weight, np.concatenate(held_y))
 
     def _check_params(self) -> None:
         if self.target not in TARGETS:
@@ -263,17 +345,21 @@ class LightGBMThroughput(ThroughputModel):
         Parameters
         ----------
         rows, y
-            The training rows (calibration rows removed) and their throughput.
+            The training rows and their throughput.
         groups
             Job key of each row, or None not to remove the jobs' own speed factors.
         """
+        self.base_ = self.roofline_ = None
+        if not self._uses_base():
+            return
         self.base_features_ = [c for g in BASE_GROUPS if g in self.feature_groups for c in GROUPS[g]
                                if c not in PAIR_COLUMNS]
         self.hardware_specs_ = hardware_table(rows)
         # Linear leaves need fewer of them: twice the leaves, as constant leaves wanted, fit
         # 60% slower and scored lower in the 30-day backtest (acc@10 0.662 against 0.666).
-        leaves = self.num_leaves if self.base_linear else 2 * self.num_leaves
-        params = self._params(max(50, self.min_child_samples), leaves=leaves)
+        leaves = int(self.size_["num_leaves"]) * (1 if self.base_linear else 2)
+        min_child = int(self.size_["min_child_samples"])
+        params = self._params(max(50, min_child) if len(y) >= SMALL_ROWS else min_child, leaves=leaves)
         if self.base_linear:
             params.update(linear_tree=True, linear_lambda=0.1)
 
@@ -282,7 +368,7 @@ class LightGBMThroughput(ThroughputModel):
                 self._base_matrix(rows), label=target, feature_name=self.base_features_,
                 categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
             )
-            return lgb.train(params, data, num_boost_round=self.n_estimators)
+            return lgb.train(params, data, num_boost_round=int(self.size_["n_estimators"]))
 
         target = np.log(y)
         self.base_ = train_base(target)
@@ -309,33 +395,16 @@ class LightGBMThroughput(ThroughputModel):
             self._matrix(rows)[usable], label=self._to_target(y[usable], anchor[usable]),
             feature_name=self.features_, categorical_feature=[c for c in self.features_ if c in CATEGORICAL],
         )
-        self.booster_ = lgb.train(self._params(self.min_child_samples), data, num_boost_round=self.n_estimators)
+        self.booster_ = lgb.train(self._params(int(self.size_["min_child_samples"])), data,
+                                  num_boost_round=int(self.size_["n_estimators"]))
 
-    def _calibrate_trust(self, rows: Rows, y: np.ndarray) -> None:
-        self.trust_by_evidence_ = {}
-        anchor, correction = self._anchor_and_correction(rows)
-        level = evidence_level(rows)
-        for k, name in enumerate(EVIDENCE):
-            sel = (level == k) & np.isfinite(anchor) & (y > 0)
-            if sel.sum() < 100 or self.target != "residual":
-                continue
-            self.trust_by_evidence_[name] = best_weight(anchor[sel], correction[sel], y[sel])
-
-    def _calibrate_band(self, rows: Rows, y: np.ndarray) -> None:
-        residual = np.log(y) - self._predict_log(rows)
-        level = evidence_level(rows)
-        ok = np.isfinite(residual)
-        q = BAND_QUANTILES
-        overall = (float(np.quantile(residual[ok], q[0])), float(np.quantile(residual[ok], q[1]))) if ok.any() \
-            else (0.0, 0.0)
-        self.band_ = overall
-        self.band_by_evidence_ = {}
-        for k, name in enumerate(EVIDENCE):
-            sel = ok & (level == k)
-            self.band_by_evidence_[name] = (
-                (float(np.quantile(residual[sel], q[0])), float(np.quantile(residual[sel], q[1])))
-                if sel.sum() >= 30 else overall
-            )
+    def _calibrate(self, anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray) -> None:
+        """Trust per evidence level, then the band of the predictions that trust gives."""
+        self.trust_by_evidence_ = trust_by_evidence(anchor, correction, y, level) if self.target == "residual" \
+            else {}
+        pred = self._from_target(correction * restore(self.trust_by_evidence_)[level], anchor)
+        self.band_, self.band_by_evidence_ = band_by_evidence(np.log(y) - np.where(np.isfinite(anchor), pred, np.nan),
+                                                              level)
 
     def _anchor_and_correction(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
         """The anchor and the main model's raw output (its correction, for the residual target)."""
@@ -348,8 +417,7 @@ class LightGBMThroughput(ThroughputModel):
     def _predict_log(self, rows: Rows) -> np.ndarray:
         anchor, raw = self._anchor_and_correction(rows)
         if self.trust_by_evidence_:
-            trust = np.array([self.trust_by_evidence_.get(name, 1.0) for name in EVIDENCE])
-            raw = raw * trust[evidence_level(rows)]
+            raw = raw * restore(self.trust_by_evidence_)[evidence_level(rows)]
         out = self._from_target(raw, anchor)
         return np.where(np.isfinite(anchor), out, np.nan)
 
@@ -367,7 +435,9 @@ class LightGBMThroughput(ThroughputModel):
         return {
             **super().state(), "params": self.get_params(), "features": self.features_, "vocab": self.vocab_,
             "band_by_evidence": {k: list(v) for k, v in self.band_by_evidence_.items()},
-            "trust_by_evidence": dict(self.trust_by_evidence_),
+            "trust_by_evidence": dict(self.trust_by_evidence_), "size": self.size_, "categories": self.categories_,
+            # JSON has no infinity: None means the base model's ratio alone
+            "blend_k": self.blend_k_ if np.isfinite(self.blend_k_) else None,
             "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
             "roofline": self.roofline_.state() if self.roofline_ is not None else None,
         }
@@ -391,6 +461,10 @@ class LightGBMThroughput(ThroughputModel):
         model.vocab_ = {c: dict(v) for c, v in state["vocab"].items()}
         model.band_by_evidence_ = {k: (float(v[0]), float(v[1])) for k, v in state["band_by_evidence"].items()}
         model.trust_by_evidence_ = {k: float(v) for k, v in state.get("trust_by_evidence", {}).items()}
+        model.blend_k_ = float(state["blend_k"]) if state.get("blend_k") is not None else float("inf")
+        model.size_ = dict(state.get("size", {})) or \
+            {name: getattr(model, name) for name in SMALL_SIZE}
+        model.categories_ = dict(state.get("categories", CATEGORY_SETTINGS))
         model.base_features_ = list(state.get("base_features", []))
         model.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}
         model.booster_ = lgb.Booster(model_str=texts["main"])

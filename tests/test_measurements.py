@@ -80,7 +80,7 @@ def test_the_served_model_is_what_is_scored(small: Path) -> None:
     preds, ys, levels = [], [], []
     for test_rows in m.folds(t, m.config_ids(t), "config_fold", seed=0):
         fold = m.make_fold(th, test_rows, cat)
-        model = fit_model(fold.train, {**m.served_params(len(fold.train)), "seed": 0})
+        model = fit_model(fold.train, {"seed": 0})
         preds.append(model.predict(fold.test.rows))
         ys.append(fold.test.y)
         levels.append(evidence_level(fold.test.rows))
@@ -90,11 +90,6 @@ def test_the_served_model_is_what_is_scored(small: Path) -> None:
     assert {k: scored[k] for k in ("acc@10", "acc@20", "mape", "n")} == \
         {k: v for k, v in summary(p[lv == 1], y[lv == 1]).items() if k != "n_missing"}
     assert m.REGISTRY["lightgbm"] is m.ServedModel
-
-
-def test_small_training_sets_get_the_stated_rule() -> None:
-    assert m.served_params(m.SMALL_TRAINING_ROWS - 1) == m.SMALL_PARAMS
-    assert m.served_params(m.SMALL_TRAINING_ROWS) == {}  # leap train's own parameters
 
 
 class _Constant:

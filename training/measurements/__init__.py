@@ -45,14 +45,11 @@ from training.measurements.command import app, evaluate_measurements_cmd
 from training.measurements.estimators import (
     DEFAULT_MODELS,
     REGISTRY,
-    SMALL_PARAMS,
-    SMALL_TRAINING_ROWS,
     Estimator,
     ModelFactory,
     ServedModel,
     register_model,
     resolve_models,
-    served_params,
 )
 from training.measurements.history import TableHistory, to_history, write_history
 from training.measurements.pairs import N_FOLDS, PROTOCOLS, config_ids, folds
@@ -79,8 +76,6 @@ __all__ = [
     "PROTOCOLS",
     "REGISTRY",
     "REQUIRED_COLUMNS",
-    "SMALL_PARAMS",
-    "SMALL_TRAINING_ROWS",
     "Estimator",
     "FloatArray",
     "Fold",
@@ -103,7 +98,6 @@ __all__ = [
     "resolve_models",
     "run_protocol",
     "score_model",
-    "served_params",
     "to_history",
     "write_history",
 ]

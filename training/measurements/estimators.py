@@ -38,29 +38,12 @@ class Estimator(Protocol):
 #: takes no groups (the baselines) is accepted as it is: the runner fits it without them.
 ModelFactory = Callable[[], Estimator | ThroughputModel]
 
-#: Below this many training rows the served model is fitted smaller (:func:`served_params`).
-SMALL_TRAINING_ROWS = 1000
-#: The smaller fit: fewer, smaller trees with smaller leaves.
-SMALL_PARAMS: dict[str, Any] = {"num_leaves": 15, "n_estimators": 100, "min_child_samples": 10}
-
-
-def served_params(n_rows: int) -> dict[str, Any]:
-    """LightGBMThroughput parameters for a training set of ``n_rows`` rows.
-
-    ``leap train``'s (the class defaults) from :data:`SMALL_TRAINING_ROWS` rows on. Below, the
-    served model cannot calibrate its per-evidence trust (it needs 100 calibration rows, a tenth
-    of the training rows, per evidence level) nor fit its learned roofline (1,000 rows), so its
-    corrections go uncalibrated: 300 trees of 63 leaves then fit noise. :data:`SMALL_PARAMS` was
-    chosen on fold seed 0 from six variants (docs/measurements.md) and is reported on seed 1 too.
-    """
-    return dict(SMALL_PARAMS) if n_rows < SMALL_TRAINING_ROWS else {}
-
-
 class ServedModel:
     """The served model, :class:`predictor.lgbm.LightGBMThroughput`, fitted as ``leap train`` fits it.
 
     ``fit`` is :func:`training.train.fit_model`'s ``LightGBMThroughput(**params).fit(rows, y,
-    job_key)`` with :func:`served_params` of the training set's size and the run's seed.
+    job_key)`` with the default parameters and the run's seed; the model itself adapts to a small
+    training set (:data:`predictor.lgbm.SMALL_ROWS`).
     """
 
     def __init__(self, seed: int = 0) -> None:
@@ -69,7 +52,7 @@ class ServedModel:
         self.model_: LightGBMThroughput | None = None
 
     def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray) -> Self:
-        self.params_ = {**served_params(len(y)), "seed": self.seed}
+        self.params_ = {"seed": self.seed}
         self.model_ = LightGBMThroughput(**self.params_).fit(rows, y, groups)
         return self
 

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from core.hardware import Catalogue, load_catalogue
+from predictor.lgbm import SMALL_ROWS, SMALL_SIZE
 from training.measurements.estimators import (
     DEFAULT_MODELS,
-    SMALL_PARAMS,
-    SMALL_TRAINING_ROWS,
     ModelFactory,
     resolve_models,
 )
@@ -96,7 +95,7 @@ def evaluate(
         "seed": seed,
         "models": list(chosen),
         "primary": f"rows of evidence {PRIMARY!r}: the job ran on other hardware before, not on this one",
-        "served_params": {"below_training_rows": SMALL_TRAINING_ROWS, "small": SMALL_PARAMS,
+        "served_params": {"below_training_rows": SMALL_ROWS, "small": SMALL_SIZE,
                           "else": "leap train's (LightGBMThroughput defaults)"},
         "conversion": th.notes,
         "protocols": {p: run_protocol(th, t, p, chosen, catalogue, seed) for p in protocols},

@@ -1,0 +1,110 @@
+"""What the served model learns about itself on rows it was not fitted on.
+
+Three things are chosen on held-out rows (a random tenth of a large training set, or every row
+out of fold when the set is small, :func:`job_folds`), each by the accuracy it gives there:
+
+- **blend**: how far to move a job's prior across hardware by the paired ratio other jobs
+  showed (:mod:`features.pairs`) rather than by the base model's ratio. The paired ratio is an
+  average of observations, good when many sit near the job's configuration and poor otherwise,
+  so its share is ``w / (w + k)`` for its kernel weight ``w``; :func:`choose_blend` picks ``k``;
+- **trust**: how much of the main model's correction to apply per evidence level
+  (:func:`core.accuracy.best_weight`);
+- **band**: split-conformal quantiles of the log residual per evidence level.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from core.accuracy import best_weight, hits
+from features.rows import Rows
+
+#: Evidence levels of a row: the job ran on this hardware before / only elsewhere / never.
+EVIDENCE = ("same", "other", "none")
+#: Values of ``k`` :func:`choose_blend` tries; ``inf`` keeps the base model's ratio alone.
+BLEND_GRID: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
+#: Fewest held-out rows of an evidence level that decide its trust or band; fewer keep the defaults.
+MIN_ROWS = 30
+#: Quantiles of the uncertainty band.
+BAND_QUANTILES = (0.1, 0.9)
+
+
+def evidence_level(rows: Rows) -> np.ndarray:
+    """0: the job ran on this hardware before; 1: only elsewhere; 2: never."""
+    return np.where(rows["prior_same_n"] > 0, 0, np.where(rows["prior_other_n"] > 0, 1, 2))
+
+
+def paired_transfer(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """The job's prior carried across by the most specific paired ratio, and that ratio's weight."""
+    carried = rows["transfer_paired_log"]
+    weight = np.zeros(len(carried))
+    filled = np.zeros(len(carried), dtype=bool)
+    for level in ("model", "family", "all"):
+        has = ~filled & np.isfinite(rows[f"paired_{level}_log"])
+        weight[has] = rows[f"paired_{level}_weight"][has]
+        filled |= has
+    return carried, weight
+
+
+def blend(base_transfer: np.ndarray, paired: np.ndarray, weight: np.ndarray, k: float) -> np.ndarray:
+    """``base + w / (w + k) x (paired - base)``; either one alone where the other is missing."""
+    share = weight / (weight + k) if math.isfinite(k) else np.zeros(len(weight))
+    both = base_transfer + share * (paired - base_transfer)
+    return np.where(np.isnan(paired), base_transfer, np.where(np.isnan(base_transfer), paired, both))
+
+
+def choose_blend(base_transfer: np.ndarray, paired: np.ndarray, weight: np.ndarray, y: np.ndarray) -> float:
+    """The ``k`` of :data:`BLEND_GRID` whose blend has the best acc@10 on rows with both estimates
+    (the largest on a tie: the base model's ratio unless the pairs earn their share)."""
+    both = np.isfinite(base_transfer) & np.isfinite(paired) & (y > 0)
+    if both.sum() < MIN_ROWS:
+        return math.inf
+    scores = [hits(np.exp(blend(base_transfer[both], paired[both], weight[both], k)), y[both], 0.10).sum()
+              for k in BLEND_GRID]
+    best = max(scores)
+    return max(k for k, s in zip(BLEND_GRID, scores, strict=True) if s == best)
+
+
+def trust_by_evidence(anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray
+                      ) -> dict[str, float]:
+    """Per evidence level with enough held-out rows, the share of the correction to apply."""
+    out = {}
+    for k, name in enumerate(EVIDENCE):
+        sel = (level == k) & np.isfinite(anchor) & np.isfinite(correction) & (y > 0)
+        if sel.sum() >= MIN_ROWS:
+            out[name] = best_weight(anchor[sel], correction[sel], y[sel])
+    return out
+
+
+def band_by_evidence(residual: np.ndarray, level: np.ndarray
+                     ) -> tuple[tuple[float, float], dict[str, tuple[float, float]]]:
+    """The overall band and one per evidence level (the overall one where a level has few rows)."""
+    ok = np.isfinite(residual)
+    q = BAND_QUANTILES
+
+    def band(sel: np.ndarray) -> tuple[float, float]:
+        return float(np.quantile(residual[sel], q[0])), float(np.quantile(residual[sel], q[1]))
+
+    overall = band(ok) if ok.any() else (0.0, 0.0)
+    return overall, {name: band(ok & (level == k)) if (ok & (level == k)).sum() >= MIN_ROWS else overall
+                     for k, name in enumerate(EVIDENCE)}
+
+
+def job_folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """A fold number per row, every row of one job in the same fold (seeded)."""
+    keys, inverse = np.unique(np.asarray(groups).astype(str), return_inverse=True)
+    fold_of_job = np.random.default_rng(seed).permutation(len(keys)) % folds
+    return np.asarray(fold_of_job[inverse.ravel()])
+
+
+def subset(rows: Rows, mask: np.ndarray) -> Rows:
+    """The rows where ``mask`` holds."""
+    return {c: v[mask] for c, v in rows.items()}
+
+
+def restore(values: Mapping[str, float], names: tuple[str, ...] = EVIDENCE) -> np.ndarray:
+    """Per evidence level (in :data:`EVIDENCE` order) the value, 1 where none was chosen."""
+    return np.array([values.get(name, 1.0) for name in names])
