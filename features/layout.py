@@ -82,8 +82,9 @@ OBSERVATION_SEP = ";"
 #: (empty text for what is unknown).
 PAIR_VALUE = Packed("pair_value", ("log_ratio", "log_batch_per_accelerator", "log_accelerators", "precision_bits"),
                     ",")
-#: Characters a hardware name must not hold to join a pair (they separate the packed parts).
-NOT_IN_PAIR_NAMES = "|,; \t\r\n"
+#: Characters a hardware name must not hold to join a pair: the separators of the pair field and
+#: of the outbox (spaces are fine: a name never enters a window entry).
+NOT_IN_PAIR_NAMES = "|,;\t\r\n"
 #: Longest hardware name that joins a pair.
 MAX_PAIR_NAME = 64
 
