@@ -85,6 +85,9 @@ class HardwareType:
         Largest allocation where the platform caps it (TPU slices), else ``None``.
     fp8
         Whether the part has dense FP8 tensor math.
+    architecture
+        Architecture generation of the chip (``"hopper"``, ``"cdna3"``, ``"tpu-v5p"`` ...); parts
+        of one architecture share kernels and compilers. Empty when not stated.
     """
 
     name: str
@@ -103,6 +106,7 @@ class HardwareType:
     node_size: int = 8
     max_accelerators: int | None = None
     fp8: bool = False
+    architecture: str = ""
 
     def specs(self) -> dict[str, float]:
         """The :data:`SPEC_FEATURES` of this type as a dict."""
@@ -133,6 +137,7 @@ def _parse_entry(raw: dict[str, Any]) -> HardwareType:
             node_size=int(raw.get("node_size", 8)),
             max_accelerators=int(raw["max_accelerators"]) if "max_accelerators" in raw else None,
             fp8=bool(raw.get("fp8", False)),
+            architecture=str(raw.get("architecture", "")),
         )
     except KeyError as exc:
         raise ValueError(f"hardware entry {raw.get('name', '?')!r}: missing {exc.args[0]!r}") from None

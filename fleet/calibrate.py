@@ -1,274 +1,213 @@
-"""Compare the simulator's cross-hardware throughput ratios with public measurements.
+"""Score the simulator's cross-hardware ratios against public measurements, out of sample.
 
-For every measured workload we build the matching simulator configuration and compute the
-noise-free throughput on each measured hardware type. Within a comparable group (same source,
-workload, precision, software suite or MLPerf round) every pair of hardware types gives a
-measured ratio and a simulated ratio; the error of a pair is ``|log(sim ratio / measured
-ratio)|``. The headline figure is the median over all pairs.
+Protocol (``leap fleet calibrate``):
 
-Sources (copied under ``data/measurements/``, provenance in the ``*.README.md`` next to them):
-
-* Gavel (OSDI'20): single-GPU iterations/s on K80, P100, V100, fp32.
-* Lambda GPU benchmarks: single-GPU samples/s, fp16 and fp32/TF32, V100 to B200.
-* MLPerf Training v4.0-v5.1: 8-accelerator systems; per-accelerator speed taken as the inverse of
-  accelerator-hours to train (so convergence differences between submissions count as error).
+1. Every measured point becomes a simulator configuration (:mod:`fleet.cases`); within a
+   comparable group every pair of hardware types gives a measured and a simulated log ratio.
+2. The law's constants (:mod:`fleet.law`) are refitted once per *unit* (a source's workload,
+   e.g. Lambda's BERT-large in every suite and precision) on all other units, and that unit's
+   pairs are predicted with the refit: leave one unit out, never a single pair, so no measurement
+   of a held-out workload in that source informs its own prediction.
+3. Error of a pair = ``|simulated - measured log ratio|``; the score is the weighted median over
+   the held-out pairs, each unit weighing the same. The naive spec-sheet ratios are scored on
+   the same pairs with the same weights: ``ratio_1`` (no difference), ``peak`` (datasheet peak
+   at the job's precision), ``bandwidth`` and ``sqrt_peak_bandwidth`` (their geometric mean).
+4. Dispersion: within one source and hardware pair, the spread (sd) of log ratios across the
+   groups that measured it, median over pairs measured in three groups or more. Measured:
+   the table's. Simulated: the shipped law's log ratios plus the simulator's random
+   per-(model type, architecture) and per-(job, hardware) effects (:mod:`fleet.effects`), each
+   group one job, averaged over many draws.
 """
 
 from __future__ import annotations
 
-import csv
 import math
-import statistics
-from collections import defaultdict
-from dataclasses import dataclass
-from itertools import combinations
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-from core.hardware import load_catalogue
-from fleet.throughput import FRAMEWORKS, JobConfig, expected_throughput, hardware_arrays
-from fleet.workloads import model_index
-from streams.events import PRECISIONS
+from fleet.arrays import F, hardware_arrays
+from fleet.cases import DATA_DIR, Case, all_cases, simulate_cases, spec_logs
+from fleet.effects import effect_draws
+from fleet.fit import Pairs, fit_law
+from fleet.law import fitted_law, write_law
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "measurements"
-
-# source workload -> (simulator model type, input size)
-GAVEL = {
-    "ResNet-18": ("resnet18-cifar", 32),
-    "ResNet-50": ("resnet50", 224),
-    "Transformer": ("transformer-base", 64),
-    "Recommendation": ("autoencoder-rec", 1),
-    "CycleGAN": ("cyclegan", 256),
-}
-GAVEL_HW = {"K80": "K80", "P100": "P100", "V100": "V100-16GB"}
-LAMBDA = {
-    "resnet50": ("resnet50", 224),
-    "ssd": ("ssd300", 300),
-    "maskrcnn": ("maskrcnn-r50", 800),
-    "bert_base_squad": ("bert-base", 384),
-    "bert_large_squad": ("bert-large", 384),
-    "gnmt": ("gnmt", 50),
-    "transformerxlbase": ("transformer-xl-base", 192),
-    "transformerxllarge": ("transformer-xl-large", 384),
-    "tacotron2": ("tacotron2", 800),
-    "waveglow": ("waveglow", 16000),
-}
-LAMBDA_HW = {
-    "V100 32GB": "V100-32GB",
-    "V100 16GB": "V100-16GB",
-    "A100 40GB SXM4": "A100-40GB",
-    "A100 80GB SXM4": "A100-80GB",
-    "H100 80GB SXM5": "H100-SXM",
-    "H100 80GB PCIe": "H100-PCIe",
-    "B200 192GB SXM5": "B200",
-}
-# MLPerf benchmark -> (model type, input size, tensor parallel at 8 accelerators)
-MLPERF = {
-    "bert": ("bert-large", 512, 1),
-    "resnet": ("resnet50", 224, 1),
-    "ssd": ("retinanet-r50", 800, 1),
-    "retinanet": ("retinanet-r50", 800, 1),
-    "stable_diffusion": ("sd2-unet", 512, 1),
-    "dlrm_dcnv2": ("dlrm-dcnv2-10b", 26, 1),
-    "gnn": ("rgat-h512", 512, 1),
-    "rgat": ("rgat-h512", 512, 1),
-    "llama2_70b_lora": ("llama2-70b", 4096, 8),
-    "llama31_8b": ("llama31-8b", 8192, 1),
-}
-MLPERF_HW = {
-    "NVIDIA H100 SXM": "H100-SXM",
-    "NVIDIA H100 PCIe": "H100-PCIe",
-    "NVIDIA H200 SXM": "H200",
-    "NVIDIA B200": "B200",
-    "NVIDIA L40S": "L40S",
-    "AMD MI300X": "MI300X",
-    "AMD MI325X": "MI325X",
-    "Google TPU v5p": "TPU-v5p",
-    "Google TPU v6e (Trillium)": "TPU-v6e",
-    "Intel Gaudi 2": "Gaudi2",
-    "NVIDIA A100 SXM 80GB": "A100-80GB",
-}
+SOURCES = ("gavel", "lambda", "mlperf")
+METHODS = ("simulator", "ratio_1", "peak", "bandwidth", "sqrt_peak_bandwidth")
+DISPERSION_MIN_GROUPS = 3
+DISPERSION_DRAWS = 200
 
 
-@dataclass(frozen=True)
-class Case:
-    """One measured (workload, hardware) point and the simulator configuration matching it."""
-
-    source: str
-    group: str
-    model: str
-    seq: int
-    batch: int
-    precision: str
-    n: int
-    tp: int
-    hardware: str
-    measured: float
+def weighted_median(values: F, weights: F) -> float:
+    """The value where the cumulative weight reaches half of the total."""
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2.0)])
 
 
-def _read(name: str, data_dir: Path) -> list[dict[str, str]]:
-    with (data_dir / name).open(newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
-def gavel_cases(data_dir: Path = DATA_DIR) -> list[Case]:
-    """Single-GPU Gavel measurements (simulation file, consolidated), fp32."""
-    out = []
-    for r in _read("gavel_throughputs.csv", data_dir):
-        if r["num_gpus"] != "1" or r["placement"] != "consolidated" or "simulation" not in r["source_file"]:
-            continue
-        if r["model"] not in GAVEL or float(r["throughput_iters_per_s"]) <= 0:
-            continue
-        model, seq = GAVEL[r["model"]]
-        batch = int(float(r["batch_size"] or 1))
-        out.append(
-            Case(
-                "gavel",
-                f"gavel/{r['job_type']}",
-                model,
-                seq,
-                batch,
-                "fp32",
-                1,
-                1,
-                GAVEL_HW[r["gpu_type"]],
-                float(r["throughput_iters_per_s"]) * batch,
-            )
-        )
+def held_out_predictions(cases: list[Case], pairs: Pairs,
+                         progress: Callable[[str], None] | None = None) -> F:
+    """Simulated log ratio of every pair, from the law refitted without the pair's unit."""
+    out = np.full(len(pairs), np.nan)
+    for unit in np.unique(pairs.unit):
+        test = pairs.unit == unit
+        if progress is not None:
+            progress(str(unit))
+        sim = np.log(simulate_cases(cases, fit_law(cases, pairs, ~test)))
+        out[test] = sim[pairs.a[test]] - sim[pairs.b[test]]
     return out
 
 
-def lambda_cases(data_dir: Path = DATA_DIR) -> list[Case]:
-    """Single-GPU Lambda measurements; fp32 rows run TF32 where the GPU has it."""
-    out = []
-    for r in _read("lambda_pytorch_throughputs.csv", data_dir):
-        hw = LAMBDA_HW.get(r["gpu_model"])
-        if r["num_gpus"] != "1" or hw is None or r["workload"] not in LAMBDA or not r["throughput"]:
-            continue
-        model, seq = LAMBDA[r["workload"]]
-        out.append(
-            Case(
-                "lambda",
-                f"lambda/{r['suite']}/{r['workload']}/{r['precision']}",
-                model,
-                seq,
-                int(float(r["batch_size_total"] or 1)),
-                "fp16" if r["precision"] == "fp16" else "tf32",
-                1,
-                1,
-                hw,
-                float(r["throughput"]),
-            )
-        )
-    return out
+def naive_predictions(cases: list[Case], pairs: Pairs) -> dict[str, F]:
+    """Log ratio of every pair under each spec-sheet rule."""
+    peak, bw = spec_logs(cases)
+    per_case = {"ratio_1": np.zeros(len(cases)), "peak": peak, "bandwidth": bw,
+                "sqrt_peak_bandwidth": (peak + bw) / 2.0}
+    return {name: v[pairs.a] - v[pairs.b] for name, v in per_case.items()}
 
 
-def mlperf_cases(data_dir: Path = DATA_DIR) -> list[Case]:
-    """8-accelerator MLPerf systems: median inverse accelerator-hours per (round, benchmark, type)."""
-    points: dict[tuple[str, str, str], list[tuple[float, int]]] = defaultdict(list)
-    for r in _read("mlperf_training_submissions.csv", data_dir):
-        hw = MLPERF_HW.get(r["accelerator"])
-        if r["num_accelerators"] != "8" or hw is None or r["benchmark"] not in MLPERF:
-            continue
-        if not r["accelerator_hours_olympic"]:
-            continue
-        gbs = int(float(r["global_batch_size"])) if r["global_batch_size"] else 8
-        points[(r["version"], r["benchmark"], hw)].append((1.0 / float(r["accelerator_hours_olympic"]), gbs))
-    out = []
-    for (version, bench, hw), vals in sorted(points.items()):
-        model, seq, tp = MLPERF[bench]
-        speed = statistics.median(v for v, _ in vals)
-        gbs = int(statistics.median(g for _, g in vals))
-        out.append(
-            Case(
-                "mlperf", f"mlperf/{version}/{bench}", model, seq, max(gbs, 8 // tp), "bf16", 8, tp, hw, speed
-            )
-        )
-    return out
+def scores(pairs: Pairs, predictions: dict[str, F], mask: NDArray[np.bool_]) -> dict[str, float]:
+    """Median |log ratio error| of each method over the masked pairs, units weighing the same."""
+    weights = pairs.unit_weights(mask)
+    return {name: round(weighted_median(np.abs(p[mask] - pairs.measured[mask]), weights), 4)
+            for name, p in predictions.items()}
 
 
-def simulate_cases(cases: list[Case]) -> np.ndarray:
-    """Noise-free simulator throughput of each case on its own hardware (framework: pytorch; TPU: jax)."""
+def _pair_key(cases: list[Case], pairs: Pairs) -> tuple[NDArray[np.str_], F]:
+    """Unordered hardware pair of each pair, and the sign that orders its log ratio."""
+    names = [(cases[i].hardware, cases[j].hardware) for i, j in zip(pairs.a, pairs.b, strict=True)]
+    key = np.array(["/".join(sorted(n)) for n in names])
+    sign = np.array([1.0 if x < y else -1.0 for x, y in names])
+    return key, sign
+
+
+def dispersion(log_ratios: F, key: NDArray[np.str_], mask: NDArray[np.bool_]) -> float:
+    """Median over hardware pairs (measured in enough groups) of the sd of their log ratios.
+
+    ``log_ratios`` may be (pairs,) or (draws, pairs); with draws, the sd of each pair is the
+    root mean square over draws.
+    """
+    values = np.atleast_2d(log_ratios)
+    sds = []
+    for k in np.unique(key[mask]):
+        m = mask & (key == k)
+        if m.sum() >= DISPERSION_MIN_GROUPS:
+            sds.append(math.sqrt(float(np.mean(np.var(values[:, m], axis=1, ddof=1)))))
+    return float(np.median(sds)) if sds else float("nan")
+
+
+def simulated_dispersion_draws(cases: list[Case], pairs: Pairs, seed: int = 0, draws: int = DISPERSION_DRAWS,
+                               sizes: dict[str, float] | None = None) -> F:
+    """(draws x pairs) simulated log ratios: the shipped law plus random effects, one job per group.
+
+    ``sizes`` overrides :mod:`fleet.effects`' sizes (keys ``job_hardware``, ``tuned``, ``other``).
+    """
+    sim = np.log(simulate_cases(cases))
     hw = hardware_arrays()
-    idx = model_index()
-    cat = load_catalogue()
-    n = np.array([c.n for c in cases], dtype=np.float64)
-    tp = np.array([c.tp for c in cases], dtype=np.float64)
-    fw = [FRAMEWORKS.index("jax" if cat.types[c.hardware].vendor == "google" else "pytorch") for c in cases]
-    cfg = JobConfig(
-        model=np.array([idx[c.model] for c in cases], dtype=np.int64),
-        batch=np.array([c.batch for c in cases], dtype=np.float64),
-        seq=np.array([c.seq for c in cases], dtype=np.float64),
-        precision=np.array([PRECISIONS.index(c.precision) for c in cases], dtype=np.int64),
-        n=n,
-        dp=n / tp,
-        tp=tp,
-        pp=np.ones(len(cases)),
-        framework=np.array(fw, dtype=np.int64),
+    col = {h: i for i, h in enumerate(hw.names)}
+    models = sorted({c.model for c in cases})
+    groups = sorted({c.group for c in cases})
+    effects = effect_draws(
+        np.random.default_rng(seed), draws,
+        model=np.array([models.index(c.model) for c in cases]),
+        job=np.array([groups.index(c.group) for c in cases]),
+        hardware=np.array([col[c.hardware] for c in cases]),
+        sizes=sizes,
     )
-    tput = expected_throughput(cfg, hw)
-    cols = np.array([hw.names.index(c.hardware) for c in cases])
-    return np.asarray(tput[np.arange(len(cases)), cols], dtype=np.float64)
+    logs = sim[None, :] + effects
+    return np.asarray(logs[:, pairs.a] - logs[:, pairs.b], dtype=np.float64)
 
 
-def pair_errors(cases: list[Case], sim: np.ndarray) -> list[dict[str, Any]]:
-    """Every within-group hardware pair with measured and simulated log-ratios."""
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, c in enumerate(cases):
-        groups[c.group].append(i)
-    out = []
-    for group, members in groups.items():
-        # several rows of one hardware in a group (e.g. batch variants) are separate groups already
-        for a, b in combinations(members, 2):
-            ca, cb = cases[a], cases[b]
-            if ca.hardware == cb.hardware:
-                continue
-            measured = math.log(ca.measured / cb.measured)
-            simulated = math.log(sim[a] / sim[b])
-            out.append(
-                {
-                    "group": group,
-                    "source": ca.source,
-                    "pair": f"{ca.hardware}/{cb.hardware}",
-                    "measured_log_ratio": measured,
-                    "simulated_log_ratio": simulated,
-                    "abs_error": abs(simulated - measured),
-                }
-            )
-    return out
-
-
-def calibrate(data_dir: Path = DATA_DIR) -> dict[str, Any]:
-    """Run the comparison and summarise it.
+def calibrate(data_dir: Path = DATA_DIR, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the protocol of the module docstring.
 
     Returns
     -------
     dict
-        ``median_abs_log_ratio_error`` (all pairs), per-source medians, the share of pairs within
-        20 %, pair counts, and the ten worst groups.
+        ``held_out`` (median |log ratio error| per method, all sources), ``by_source`` (the
+        same per source), ``dispersion`` (per source: ``simulated`` and ``measured`` sd), and
+        for the record ``in_sample`` (the shipped law on every pair), ``pairs`` and ``units``
+        per source.
     """
-    cases = gavel_cases(data_dir) + lambda_cases(data_dir) + mlperf_cases(data_dir)
-    sim = simulate_cases(cases)
-    pairs = pair_errors(cases, sim)
-
-    def summary(ps: list[dict[str, Any]]) -> dict[str, Any]:
-        errs = [p["abs_error"] for p in ps]
-        return {
-            "pairs": len(ps),
-            "median_abs_log_ratio_error": round(statistics.median(errs), 4),
-            "within_20pct": round(sum(e <= math.log(1.2) for e in errs) / len(errs), 3),
-        }
-
-    by_source = {s: summary([p for p in pairs if p["source"] == s]) for s in ("gavel", "lambda", "mlperf")}
-    by_group: dict[str, list[float]] = defaultdict(list)
-    for p in pairs:
-        by_group[p["group"]].append(p["abs_error"])
-    worst = sorted(((statistics.median(v), g) for g, v in by_group.items()), reverse=True)[:10]
+    cases = all_cases(data_dir)
+    pairs = Pairs.of(cases)
+    predictions = {"simulator": held_out_predictions(cases, pairs, progress), **naive_predictions(cases, pairs)}
+    everything = np.ones(len(pairs), dtype=bool)
+    shipped = np.log(simulate_cases(cases))
+    key, sign = _pair_key(cases, pairs)
+    draws = simulated_dispersion_draws(cases, pairs)
+    by_source = {s: pairs.source == s for s in SOURCES}
     return {
-        **summary(pairs),
-        "cases": len(cases),
-        "by_source": by_source,
-        "worst_groups": [{"group": g, "median_abs_log_ratio_error": round(e, 3)} for e, g in worst],
+        "held_out": scores(pairs, predictions, everything),
+        "by_source": {s: scores(pairs, predictions, m) for s, m in by_source.items()},
+        "dispersion": {
+            s: {"simulated": round(dispersion(draws * sign, key, m), 4),
+                "measured": round(dispersion(pairs.measured * sign, key, m), 4)}
+            for s, m in by_source.items()
+        },
+        "in_sample": scores(pairs, {"simulator": shipped[pairs.a] - shipped[pairs.b]}, everything)["simulator"],
+        "pairs": {s: int(m.sum()) for s, m in by_source.items()},
+        "units": {s: len(np.unique(pairs.unit[m])) for s, m in by_source.items()},
     }
+
+
+def refit_shipped_law(data_dir: Path = DATA_DIR) -> Path:
+    """Fit the law on every measurement and store it as the simulator's (``--write``)."""
+    cases = all_cases(data_dir)
+    law = fit_law(cases, Pairs.of(cases))
+    return write_law(law, {
+        "fitted_on": "every pair of data/measurements (gavel, lambda, mlperf); see fleet/fit.py",
+        "command": "leap fleet calibrate --write",
+    })
+
+
+__all__ = ["METHODS", "SOURCES", "calibrate", "fitted_law", "refit_shipped_law"]
+
+
+def derive_effect_sizes(data_dir: Path = DATA_DIR, draws: int = 100) -> dict[str, float]:
+    """The effect sizes of :mod:`fleet.effects` as the public tables give them.
+
+    1. ``job_hardware`` (method of moments): for a hardware pair of one architecture measured in
+       :data:`DISPERSION_MIN_GROUPS` groups or more, the variance of measured log ratios that
+       the shipped law does not produce, ``var(measured) - var(law)``, is ``2 s_job^2``;
+       averaged over those pairs (A100 40/80 GB, H100 PCIe/SXM, H100/H200).
+    2. ``tuned`` and ``other``: the values on :data:`_SIZE_GRID` whose simulated dispersion
+       (:func:`simulated_dispersion_draws`) is closest to the measured one in log: ``tuned`` on
+       Lambda and MLPerf (NVIDIA architectures from Volta on), ``other`` on Gavel (K80 and P100),
+       alternately, twice.
+    """
+    from fleet import effects
+
+    cases = all_cases(data_dir)
+    pairs = Pairs.of(cases)
+    key, sign = _pair_key(cases, pairs)
+    sim = np.log(simulate_cases(cases))
+    law, measured = (sim[pairs.a] - sim[pairs.b]) * sign, pairs.measured * sign
+    hw = hardware_arrays()
+    arch = {h: hw.architectures[hw.arch[i]] for i, h in enumerate(hw.names)}
+    excess = []
+    for k in np.unique(key):
+        a, b = (arch[h] for h in str(k).split("/"))
+        m = key == k
+        if a == b and m.sum() >= DISPERSION_MIN_GROUPS:
+            excess.append(max(0.0, float(np.var(measured[m], ddof=1) - np.var(law[m], ddof=1))))
+    sizes = {"job_hardware": round(math.sqrt(float(np.mean(excess)) / 2.0), 2),
+             "tuned": effects.ARCH_SIGMA["tuned"], "other": effects.ARCH_SIGMA["other"]}
+    target = {s: dispersion(measured, key, pairs.source == s) for s in SOURCES}
+
+    def mismatch(trial: dict[str, float], sources: tuple[str, ...]) -> float:
+        simulated = simulated_dispersion_draws(cases, pairs, draws=draws, sizes=trial) * sign
+        return sum(math.log(dispersion(simulated, key, pairs.source == s) / target[s]) ** 2 for s in sources)
+
+    for _ in range(2):
+        for name, sources in (("tuned", ("lambda", "mlperf")), ("other", ("gavel",))):
+            sizes[name] = float(min(_SIZE_GRID[name], key=lambda v: mismatch({**sizes, name: v}, sources)))
+    return sizes
+
+
+#: Values :func:`derive_effect_sizes` chooses from.
+_SIZE_GRID = {"tuned": tuple(np.round(np.arange(0.02, 0.21, 0.02), 2)),
+              "other": tuple(np.round(np.arange(0.3, 0.81, 0.05), 2))}

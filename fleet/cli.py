@@ -49,20 +49,31 @@ def describe(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
 
 
 @app.command()
-def calibrate(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Compare simulated cross-hardware throughput ratios with public measurements."""
+def calibrate(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    write: bool = typer.Option(False, "--write", help="Refit the law on every measurement and store it first."),
+) -> None:
+    """Score simulated cross-hardware ratios against public measurements, out of sample."""
+    from fleet.calibrate import METHODS, refit_shipped_law
     from fleet.calibrate import calibrate as run
 
-    result = run()
+    if write:
+        with console.status("fitting the law on every measurement"):
+            console.print(f"law written to {refit_shipped_law()}")
+    with console.status("refitting the law once per held-out workload") as status:
+        result = run(progress=lambda unit: status.update(f"held out: {unit}"))
     if as_json:
-        print(json.dumps(result))
+        print(json.dumps({k: result[k] for k in ("held_out", "by_source", "dispersion")}))
         return
-    console.print(
-        f"median |log(sim ratio / measured ratio)| = {result['median_abs_log_ratio_error']:.3f} "
-        f"over {result['pairs']} hardware pairs ({result['within_20pct']:.0%} within 20 %)"
-    )
-    for source, s in result["by_source"].items():
-        console.print(f"  {source:<7} {s['median_abs_log_ratio_error']:.3f} ({s['pairs']} pairs)")
+    console.print("median |log ratio error| on held-out pairs (every workload weighs the same):")
+    console.print("  " + " ".join(f"{m:>12}" for m in ("", *METHODS)))
+    rows = {"all": result["held_out"], **result["by_source"]}
+    for name, s in rows.items():
+        console.print("  " + f"{name:>12}" + " ".join(f"{s[m]:>12.3f}" for m in METHODS))
+    console.print(f"shipped law on every pair (in sample): {result['in_sample']:.3f}")
+    console.print("spread (sd) of log ratios across workloads within a hardware pair:")
+    for source, d in result["dispersion"].items():
+        console.print(f"  {source:<7} simulated {d['simulated']:.3f}  measured {d['measured']:.3f}")
 
 
 @app.command()
@@ -91,6 +102,7 @@ def history(
         "attempts": len(h),
         "rows": counts,
         "prior_throughput_share": round(h.prior_share, 4),
+        "changed_configuration_share": round(h.changed_share, 4),
         "simulate_s": round(simulated, 2),
         "total_s": round(elapsed, 2),
         "attempts_per_minute": round(len(h) / elapsed * 60.0),
@@ -101,5 +113,6 @@ def history(
     else:
         console.print(
             f"{len(h):,} attempts in {elapsed:.1f} s ({summary['attempts_per_minute']:,} / min); "
-            f"{h.prior_share:.1%} have a measured prior attempt; written to {out}"
+            f"{h.prior_share:.1%} have a measured prior attempt, {h.changed_share:.1%} run a changed "
+            f"configuration; written to {out}"
         )

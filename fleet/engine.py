@@ -12,6 +12,7 @@ Two entry points share the same laws:
 Recurrence: a submission slot goes to a job whose previous attempt has ended and that wants to
 run again (a retry after a failure or preemption, or a resubmission) with probability
 ``P_RECUR``, otherwise to a new job. That is what makes a job's prior throughput available.
+A returning job may come back with another configuration (:mod:`fleet.changes`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.hardware import Catalogue
+from fleet.arrays import FRAMEWORKS, F, HardwareArrays, I, hardware_arrays
+from fleet.changes import change_kind
 from fleet.jobs import Jobs, sample_jobs
-from fleet.throughput import FRAMEWORKS, F, HardwareArrays, I, hardware_arrays
+from fleet.teams import sample_teams
 from fleet.workloads import model_types
 from streams.events import PRECISIONS, SCHEMA_VERSION, JobFinish, JobStart, Submission
 
 P_RECUR = 0.85
-P_DEFAULT_ROUTE = 0.7  # history: share of attempts placed on the requested hardware
+#: History: share of attempts placed on the requested hardware (the team's usual part); the rest
+#: find it busy and go to the team's next choice.
+P_DEFAULT_ROUTE = 0.7
 P_FAILED, P_PREEMPTED = 0.06, 0.05
 P_FAILED_UNMEASURED = 0.5  # failed before the first throughput report
 P_STRAGGLER = 0.04
@@ -102,12 +107,16 @@ class Attempt:
         The job's persistent factor.
     work_samples
         Samples the attempt processes if it completes.
+    default_hardware
+        Where default routing puts it: the requested part (the team's usual one), or the team's
+        next choice when that one is busy (:data:`P_DEFAULT_ROUTE`).
     """
 
     submission: Submission
     oracle: dict[str, float]
     job_factor: float
     work_samples: float
+    default_hardware: str = ""
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -134,7 +143,7 @@ def job_key(seed: int, job: int) -> str:
 def submission_event(
     jobs: Jobs, j: int, key: str, attempt_no: int, t: float, hw: HardwareArrays
 ) -> Submission:
-    """The Submission event of attempt ``attempt_no`` of job row ``j``."""
+    """The Submission event of attempt ``attempt_no`` running the configuration of row ``j``."""
     cfg = jobs.cfg
     m = model_types()[int(cfg.model[j])]
     cands = tuple(hw.names[h] for h in np.flatnonzero(jobs.eligible[j]))
@@ -216,17 +225,20 @@ class Fleet:
         self.attempts_per_day = attempts_per_day
         self.hw = hardware_arrays(catalogue)
         self._rng = np.random.default_rng(seed)
+        self.teams = sample_teams(self._rng, self.hw)
         self._job_chunk = job_chunk
         self._chunks: list[Jobs] = []
         self._next_job = 0
         self._attempts: dict[int, int] = {}
+        self._row: dict[int, int] = {}  # job -> row of its current configuration, once changed
         self._pool = _Recurrence()
         self._clock: float | None = None
 
     def _job(self, job: int) -> tuple[Jobs, int]:
+        """The chunk holding ``job`` and the row of its current configuration in it."""
         while job >= len(self._chunks) * self._job_chunk:
-            self._chunks.append(sample_jobs(self._rng, self._job_chunk, self.hw))
-        return self._chunks[job // self._job_chunk], job % self._job_chunk
+            self._chunks.append(sample_jobs(self._rng, self._job_chunk, self.teams, self.hw))
+        return self._chunks[job // self._job_chunk], self._row.get(job, job % self._job_chunk)
 
     def _times(self, n: int, start: float) -> F:
         # Poisson arrivals with the daily rhythm: invert the cumulative intensity on a grid.
@@ -237,6 +249,15 @@ class Fleet:
         cum = np.concatenate([[0.0], np.cumsum((intensity[1:] + intensity[:-1]) / 2.0 * np.diff(grid))])
         targets = np.cumsum(self._rng.exponential(1.0, n))
         return np.asarray(np.interp(targets, cum, grid), dtype=np.float64)
+
+    def _maybe_change(self, job: int, outcome: int, u_change: float, u_kind: float) -> None:
+        """Move a returning job to a variant row when its owner changes the configuration."""
+        if job in self._row:
+            return  # a job changes at most once
+        kind = change_kind(OUTCOME_NAMES[outcome], u_change, u_kind)
+        if kind is not None:
+            jobs = self._chunks[job // self._job_chunk]
+            self._row[job] = int(jobs.variants[job % self._job_chunk, kind])
 
     def sample_attempts(self, n: int, start_time: float | None = None) -> list[Attempt]:
         """The next ``n`` submitted attempts, in submission order.
@@ -256,7 +277,7 @@ class Fleet:
 
         start = start_time if start_time is not None else (self._clock or _time.time())
         times = self._times(n, start)
-        u = self._rng.random((n, 3))
+        u = self._rng.random((n, 6))
         draws = Draws.sample(self._rng, n)  # used only to decide when the job comes back
         out = []
         for i, t in enumerate(times.tolist()):
@@ -269,17 +290,19 @@ class Fleet:
             self._attempts[job] = k + 1
             sub = submission_event(jobs, j, job_key(self.seed, job), k, t, self.hw)
             oracle = {self.hw.names[h]: float(jobs.oracle[j, h]) for h in np.flatnonzero(jobs.eligible[j])}
-            out.append(Attempt(sub, oracle, float(jobs.factor[j]), float(jobs.work[j])))
+            choice = 0 if u[i, 5] < P_DEFAULT_ROUTE else 1 + k % (jobs.preference.shape[1] - 1)
+            default = self.hw.names[int(jobs.preference[j, choice])]
+            out.append(Attempt(sub, oracle, float(jobs.factor[j]), float(jobs.work[j]), default))
             req = int(jobs.requested[j])
             end = (
                 t
                 + draws.wait[i]
                 + run_seconds(float(jobs.work[j]), float(jobs.oracle[j, req]), draws.frac[i])
             )
-            ready = next_ready(
-                u[i, 1], int(draws.outcome[i]), k + 1, int(jobs.planned_attempts[j]), end, u[i, 2]
-            )
+            outcome = int(draws.outcome[i])
+            ready = next_ready(u[i, 1], outcome, k + 1, int(jobs.planned_attempts[j]), end, u[i, 2])
             if ready is not None:
+                self._maybe_change(job, outcome, u[i, 3], u[i, 4])
                 self._pool.push(ready, job)
         self._clock = float(times[-1]) if n else start
         return out

@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fleet.arrays import FRAMEWORKS, F, HardwareArrays, I, JobConfig, hardware_arrays
+from fleet.changes import change_kind
 from fleet.engine import (
     DAY,
     MAX_RUN_H,
@@ -39,23 +41,26 @@ from fleet.engine import (
     next_ready,
 )
 from fleet.jobs import Jobs, sample_jobs
-from fleet.throughput import FRAMEWORKS, F, HardwareArrays, I, hardware_arrays
+from fleet.teams import PREFERENCES, Teams, sample_teams
 from fleet.workloads import model_types
 from streams.archive import day_folder, from_columns, split_by_day, table_name
 from streams.events import PRECISIONS, SCHEMA_VERSION, JobFinish, JobStart, Submission
 
-_ALTS = 4
-
 
 @dataclass(frozen=True)
 class History:
-    """Attempt-level arrays of a simulated window (one entry per submitted attempt)."""
+    """Attempt-level arrays of a simulated window (one entry per submitted attempt).
+
+    ``jobs`` holds every row (configuration) of every job that submitted; ``job`` is an
+    attempt's job number (its ``job_key``) and ``row`` the row of the configuration it ran.
+    """
 
     seed: int
     start: float
     end: float
-    jobs: Jobs  # every job that submitted, row = global job number
+    jobs: Jobs
     job: I
+    row: I
     attempt_no: I
     submit: F
     hardware: I
@@ -73,55 +78,56 @@ class History:
         """Share of attempts whose job had a measured earlier attempt at submission time."""
         return float(self.prior_measured.mean()) if len(self) else 0.0
 
+    @property
+    def changed_share(self) -> float:
+        """Share of attempts that run another configuration than their job's first."""
+        return float((self.jobs.job[self.row] != self.row).mean()) if len(self) else 0.0
+
 
 def _concat_jobs(chunks: list[Jobs]) -> Jobs:
-    from fleet.throughput import JobConfig
-
-    cfg = JobConfig(
-        **{k: np.concatenate([getattr(c.cfg, k) for c in chunks]) for k in JobConfig.__dataclass_fields__}
+    """One :class:`Jobs` of all chunks, with row and job indices made global."""
+    offsets = np.cumsum([0] + [len(c) for c in chunks[:-1]])
+    per_row = {k: np.concatenate([getattr(c, k) for c in chunks])
+               for k in Jobs.__dataclass_fields__ if k not in ("cfg", "job", "variants")}
+    return Jobs(
+        cfg=JobConfig.concat([c.cfg for c in chunks]),
+        job=np.concatenate([c.job + o for c, o in zip(chunks, offsets, strict=True)]),
+        variants=np.concatenate([c.variants + o for c, o in zip(chunks, offsets, strict=True)]),
+        **per_row,
     )
-    rest = {
-        k: np.concatenate([getattr(c, k) for c in chunks]) for k in Jobs.__dataclass_fields__ if k != "cfg"
-    }
-    return Jobs(cfg=cfg, **rest)
-
-
-def _alternatives(rng: np.random.Generator, jobs: Jobs, hw: HardwareArrays) -> I:
-    """Per job, a few eligible types where the fleet's routing may place it instead (by availability)."""
-    keys = np.log(hw.popularity)[None, :] + rng.gumbel(size=jobs.eligible.shape)
-    keys = np.where(jobs.eligible, keys, -np.inf)
-    top = np.argsort(-keys, axis=1)[:, :_ALTS]
-    # fewer eligible types than _ALTS: fall back to the requested one
-    ok = np.take_along_axis(jobs.eligible, top, axis=1)
-    return np.where(ok, top, jobs.requested[:, None]).astype(np.int64)
 
 
 class _JobPool:
-    """The jobs drawn so far, ``chunk`` at a time, as Python lists.
+    """The jobs drawn so far, ``chunk`` at a time, as Python lists indexed by global row.
 
     The attempt loop reads one element at a time, which is much faster from lists than from
-    numpy arrays; the arrays are kept for :class:`History`.
+    numpy arrays; the arrays are kept for :class:`History`. Job ``j``'s first row is
+    ``base[j]``, its variants ``variants[j]``.
     """
 
-    def __init__(self, rng: np.random.Generator, hw: HardwareArrays, chunk: int) -> None:
-        self.rng, self.hw, self.chunk = rng, hw, chunk
+    def __init__(self, rng: np.random.Generator, hw: HardwareArrays, teams: Teams, chunk: int) -> None:
+        self.rng, self.hw, self.teams, self.chunk = rng, hw, teams, chunk
         self.chunks: list[Jobs] = []
-        self.req: list[int] = []
+        self.rows = 0
+        self.base: list[int] = []
+        self.variants: list[list[int]] = []
         self.work: list[float] = []
         self.planned: list[int] = []
         self.oracle: list[list[float]] = []
-        self.alts: list[list[int]] = []
+        self.preference: list[list[int]] = []
 
     def ensure(self, job: int) -> None:
         """Draw the next chunk when ``job`` (at most one past the last) is not drawn yet."""
-        if job >= len(self.req):
-            jobs = sample_jobs(self.rng, self.chunk, self.hw)
+        if job >= len(self.base):
+            jobs = sample_jobs(self.rng, self.chunk, self.teams, self.hw)
             self.chunks.append(jobs)
-            self.req.extend(jobs.requested.tolist())
+            self.base.extend(range(self.rows, self.rows + jobs.jobs))
+            self.variants.extend((jobs.variants + self.rows).tolist())
             self.work.extend(jobs.work.tolist())
             self.planned.extend(jobs.planned_attempts.tolist())
             self.oracle.extend(np.nan_to_num(jobs.oracle).tolist())
-            self.alts.extend(_alternatives(self.rng, jobs, self.hw).tolist())
+            self.preference.extend(jobs.preference.tolist())
+            self.rows += len(jobs)
 
     def jobs(self) -> Jobs:
         return _concat_jobs(self.chunks)
@@ -132,6 +138,7 @@ class _Placed:
     """Per-attempt results of :func:`_run_attempts` (see :class:`History`)."""
 
     job: I
+    row: I
     attempt_no: I
     hardware: I
     throughput: F
@@ -139,27 +146,27 @@ class _Placed:
     finish_time: F
     prior_measured: np.ndarray
 
+    @classmethod
+    def empty(cls, n: int) -> _Placed:
+        return cls(job=np.empty(n, dtype=np.int64), row=np.empty(n, dtype=np.int64),
+                   attempt_no=np.empty(n, dtype=np.int64), hardware=np.empty(n, dtype=np.int64),
+                   throughput=np.empty(n), start_time=np.empty(n), finish_time=np.empty(n),
+                   prior_measured=np.zeros(n, dtype=bool))
+
 
 def _run_attempts(times: F, draws: Draws, u: np.ndarray, pool: _JobPool) -> _Placed:
     """Assign each submission time to a new or returning job and place and run its attempt."""
     n = len(times)
-    out = _Placed(
-        job=np.empty(n, dtype=np.int64),
-        attempt_no=np.empty(n, dtype=np.int64),
-        hardware=np.empty(n, dtype=np.int64),
-        throughput=np.empty(n),
-        start_time=np.empty(n),
-        finish_time=np.empty(n),
-        prior_measured=np.zeros(n, dtype=bool),
-    )
+    out = _Placed.empty(n)
     attempts: list[int] = []  # attempts so far, per job
     measured: list[bool] = []  # per job: an attempt reported a throughput
+    current: list[int] = []  # per job: row of its configuration
     heap: list[tuple[float, int, int]] = []  # (ready time, push order, job) of jobs coming back
     # Local names and lists, not attributes and arrays, in the loop (see _JobPool); the pool's
     # lists grow in place.
-    job_of, att_of, hw_of, thr_of = out.job, out.attempt_no, out.hardware, out.throughput
+    job_of, row_of, att_of, hw_of, thr_of = out.job, out.row, out.attempt_no, out.hardware, out.throughput
     start_of, fin_of, prior = out.start_time, out.finish_time, out.prior_measured
-    req, alts, oracle, work, planned = pool.req, pool.alts, pool.oracle, pool.work, pool.planned
+    pref, oracle, work, planned, variants = pool.preference, pool.oracle, pool.work, pool.planned, pool.variants
     mult, outcome, meas = draws.mult.tolist(), draws.outcome.tolist(), draws.measured.tolist()
     frac, wait, us, tl = draws.frac.tolist(), draws.wait.tolist(), u.tolist(), times.tolist()
     for i in range(n):
@@ -173,22 +180,27 @@ def _run_attempts(times: F, draws: Draws, u: np.ndarray, pool: _JobPool) -> _Pla
                     break
         if job < 0:
             job = len(attempts)
+            pool.ensure(job)
             attempts.append(0)
             measured.append(False)
-            pool.ensure(job)
-        k = attempts[job]
+            current.append(pool.base[job])
+        k, r = attempts[job], current[job]
         attempts[job] = k + 1
-        h = req[job] if ui[1] < P_DEFAULT_ROUTE else alts[job][k % _ALTS]
-        thr = oracle[job][h] * mult[i]
+        # the team's usual part when it is free, else its next choices in turn
+        h = pref[r][0] if ui[1] < P_DEFAULT_ROUTE else pref[r][1 + k % (PREFERENCES - 1)]
+        thr = oracle[r][h] * mult[i]
         st = t + wait[i]
-        fin = st + min(work[job] / thr / 3600.0, MAX_RUN_H) * frac[i] * 3600.0
+        fin = st + min(work[r] / thr / 3600.0, MAX_RUN_H) * frac[i] * 3600.0
         prior[i] = measured[job]
-        job_of[i], att_of[i], hw_of[i], start_of[i], fin_of[i] = job, k, h, st, fin
+        job_of[i], row_of[i], att_of[i], hw_of[i], start_of[i], fin_of[i] = job, r, k, h, st, fin
         thr_of[i] = thr if meas[i] else math.nan
         if meas[i]:
             measured[job] = True
-        ready = next_ready(ui[2], outcome[i], k + 1, planned[job], fin, ui[3])
+        ready = next_ready(ui[2], outcome[i], k + 1, planned[r], fin, ui[3])
         if ready is not None:
+            kind = change_kind(OUTCOME_NAMES[outcome[i]], ui[4], ui[5]) if r == pool.base[job] else None
+            if kind is not None:
+                current[job] = variants[job][kind]
             heapq.heappush(heap, (ready, i, job))  # i orders equal ready times by push order
     return out
 
@@ -222,8 +234,9 @@ def simulate(
     times = np.concatenate([day_times(rng, t0 + d * DAY, attempts_per_day) for d in range(days)])
     # Every per-attempt draw is made up front, before any job: the order of draws fixes the history.
     draws = Draws.sample(rng, len(times))
-    u = rng.random((len(times), 4))
-    pool = _JobPool(rng, hw, chunk)
+    u = rng.random((len(times), 6))
+    # a window needs about a job per four attempts: small windows draw small chunks
+    pool = _JobPool(rng, hw, sample_teams(rng, hw), min(chunk, max(1000, len(times) // 3)))
     placed = _run_attempts(times, draws, u, pool)
     return History(
         seed=seed,
@@ -231,6 +244,7 @@ def simulate(
         end=t0 + days * DAY,
         jobs=pool.jobs(),
         job=placed.job,
+        row=placed.row,
         attempt_no=placed.attempt_no,
         submit=times,
         hardware=placed.hardware,
@@ -248,7 +262,7 @@ def simulate(
 def _labels(h: History) -> dict[str, np.ndarray]:
     """Per-attempt identifiers and model columns that every event table repeats."""
     ms = model_types()
-    model = h.jobs.cfg.model[h.job]
+    model = h.jobs.cfg.model[h.row]
     keys = np.array([job_key(h.seed, x) for x in h.job.tolist()], dtype=object)
     attempt_ids = np.array(
         [f"{k}-a{a}" for k, a in zip(keys.tolist(), h.attempt_no.tolist(), strict=True)], dtype=object
@@ -259,12 +273,13 @@ def _labels(h: History) -> dict[str, np.ndarray]:
         "attempt_id": attempt_ids,
         "model_type": np.array([m.name for m in ms], dtype=object)[model],
         "family": np.array([m.family for m in ms], dtype=object)[model],
-        "num_accelerators": h.jobs.cfg.n[h.job].astype(np.int64),
+        "num_accelerators": h.jobs.cfg.n[h.row].astype(np.int64),
     }
 
 
 def _submission_columns(h: History, hw: HardwareArrays, labels: dict[str, np.ndarray]) -> dict[str, Any]:
-    jobs, j = h.jobs, h.job
+    """The attempt's own configuration (a job may change it between attempts) and candidates."""
+    jobs, j = h.jobs, h.row
     names = np.array(hw.names, dtype=object)
     return {
         **labels,
@@ -288,12 +303,12 @@ def _finish_columns(h: History, labels: dict[str, np.ndarray]) -> dict[str, Any]
         "event_id": "finish-" + labels["attempt_id"],
         "event_time": h.finish_time,
         "throughput": [None if math.isnan(x) else x for x in h.throughput.tolist()],
-        "accelerator_hours": h.jobs.cfg.n[h.job] * (h.finish_time - h.start_time) / 3600.0,
+        "accelerator_hours": h.jobs.cfg.n[h.row] * (h.finish_time - h.start_time) / 3600.0,
         "outcome": np.array(OUTCOME_NAMES, dtype=object)[h.outcome],
         "start_time": h.start_time,
         # the attempt's own configuration, which a job may change between attempts
-        "global_batch_size": h.jobs.cfg.batch[h.job].astype(np.int64),
-        "precision": np.array(PRECISIONS, dtype=object)[h.jobs.cfg.precision[h.job]],
+        "global_batch_size": h.jobs.cfg.batch[h.row].astype(np.int64),
+        "precision": np.array(PRECISIONS, dtype=object)[h.jobs.cfg.precision[h.row]],
     }
 
 
@@ -306,18 +321,26 @@ def _rows(columns: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
 
 
 def _oracle_table(h: History, hw: HardwareArrays, labels: dict[str, np.ndarray]) -> pa.Table:
-    """One row per (attempt, eligible candidate): the noise-free expected throughput and price."""
-    jobs, j = h.jobs, h.job
+    """One row per (attempt, eligible candidate): evaluation only, never a model input.
+
+    ``oracle_throughput`` = ``min(law_throughput x job_factor x job_hardware_factor, input_cap)``
+    (NaN cap: none), all whole-job samples/s at the attempt's configuration; ``law_throughput``
+    includes the model type's effect on the part's architecture.
+    """
+    jobs, j = h.jobs, h.row
     rows, cols = np.nonzero(jobs.eligible[j])
-    cap = jobs.cap[j[rows]]
+    r = j[rows]
+    cap = jobs.cap[r]
     return pa.table(
         {
             "event_time": pa.array(h.submit[rows]),
             "job_key": pa.array(labels["job_key"][rows], pa.string()),
             "attempt_id": pa.array(labels["attempt_id"][rows], pa.string()),
             "hardware": pa.array(np.array(hw.names, dtype=object)[cols], pa.string()),
-            "oracle_throughput": pa.array(jobs.oracle[j[rows], cols]),
-            "job_factor": pa.array(jobs.factor[j[rows]]),
+            "oracle_throughput": pa.array(jobs.oracle[r, cols]),
+            "law_throughput": pa.array(jobs.law[r, cols]),
+            "job_factor": pa.array(jobs.factor[r]),
+            "job_hardware_factor": pa.array(jobs.job_hardware[r, cols]),
             "input_cap": pa.array(np.where(np.isinf(cap), np.nan, cap), from_pandas=True),
             "hourly_price_per_accelerator": pa.array(hw.price[cols]),
         }

@@ -1,8 +1,12 @@
-"""Job configurations: sampling, eligibility, requested hardware and the oracle.
+"""Jobs: configurations, candidates, the team's preferred hardware, the job's own effects, the oracle.
 
-A *job* is a training configuration that persists across attempts (same ``job_key``): model
-type, input size, batch, precision, parallelism, framework, a persistent efficiency factor
-(input pipeline, code quality) and for some jobs an input-pipeline cap in samples/s.
+A *job* is a training run that persists across attempts (same ``job_key``): model type, input
+size, batch, precision, parallelism and framework; a team; a persistent factor (input
+pipeline, code quality: what any prior throughput of the job reveals); a job-by-hardware factor
+per part (:mod:`fleet.effects`: revealed only on the parts the job ran on); for some jobs an
+input-pipeline cap in samples/s. A job may change its configuration once between attempts
+(:mod:`fleet.changes`): each of its possible changes is a *variant row* of :class:`Jobs` that
+shares the job's factors.
 """
 
 from __future__ import annotations
@@ -13,19 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from fleet.throughput import (
-    F,
-    HardwareArrays,
-    I,
-    JobConfig,
-    eligibility,
-    expected_throughput,
-    hardware_arrays,
-    model_arrays,
-)
+from fleet.arrays import F, HardwareArrays, I, JobConfig, hardware_arrays, model_arrays
+from fleet.changes import KINDS, MAX_ACCELERATORS, variant_configs
+from fleet.effects import job_hardware_factor, model_architecture_effect
+from fleet.teams import Teams, assign_teams, preferences
+from fleet.throughput import eligibility, expected_throughput
 from fleet.workloads import FAMILIES, model_types
 
-MAX_ACCELERATORS = 512
 JOB_FACTOR_SIGMA = 0.3
 INPUT_BOUND_SHARE = 0.15
 
@@ -40,7 +38,7 @@ _PRECISION_MIX = {
     "speech": (0.15, 0.15, 0.40, 0.30, 0.0),
     "gnn": (0.60, 0.20, 0.15, 0.05, 0.0),
 }
-# Framework mix per family (order of fleet.throughput.FRAMEWORKS).
+# Framework mix per family (order of fleet.arrays.FRAMEWORKS).
 _FRAMEWORK_MIX = {
     "dense_lm": (0.58, 0.28, 0.02, 0.06, 0.06),
     "moe": (0.55, 0.35, 0.0, 0.05, 0.05),
@@ -66,40 +64,71 @@ _SCALE_CENTER = {
 
 @dataclass(frozen=True)
 class Jobs:
-    """A batch of jobs (struct of arrays; one row per job).
+    """A batch of jobs (struct of arrays) with their variant rows.
+
+    Rows ``0 .. jobs-1`` are the jobs as first submitted; ``variants[j, k]`` is the row of job
+    ``j`` after a change of kind ``KINDS[k]`` (``j`` itself where that change is impossible).
+    Every per-row attribute of a variant row is the job's, except what its configuration
+    decides (candidates, preferences, law, oracle).
 
     Attributes
     ----------
     cfg
-        Training configurations.
+        Training configuration per row.
+    job
+        The job (base row) of each row.
+    team
+        The job's team.
     eligible
-        (jobs x hardware) candidate mask.
-    requested
-        Hardware index the user asks for by default.
+        (rows x hardware) candidate mask.
+    preference
+        (rows x :data:`fleet.teams.PREFERENCES`) the team's first eligible parts; column 0 is
+        what the user requests (default routing).
     factor
-        Persistent per-job throughput factor (lognormal).
+        Persistent per-job factor (lognormal, sigma :data:`JOB_FACTOR_SIGMA`).
+    job_hardware
+        (rows x hardware) the job's own factor on each part (:func:`fleet.effects.job_hardware_factor`).
+    law
+        (rows x hardware) noise-free samples/s of the law times the model type's effect on the
+        part's architecture: everything but the job's own effects and its cap.
     cap
         Input-pipeline cap in samples/s (inf when the job is not input-bound).
     oracle
-        (jobs x hardware) noise-free expected samples/s incl. the job factor and cap; NaN where
-        not eligible.
+        (rows x hardware) ``min(law x factor x job_hardware, cap)``; NaN where not eligible.
     work
         Samples the job processes per attempt when it runs to completion.
     planned_attempts
         Attempts the owner intends to submit (resubmissions; retries come on top).
+    variants
+        (jobs x len(KINDS)) row of each kind of change.
     """
 
     cfg: JobConfig
+    job: I
+    team: I
     eligible: NDArray[np.bool_]
-    requested: I
+    preference: I
     factor: F
+    job_hardware: F
+    law: F
     cap: F
     oracle: F
     work: F
     planned_attempts: I
+    variants: I
 
     def __len__(self) -> int:
         return len(self.factor)
+
+    @property
+    def jobs(self) -> int:
+        """Number of jobs (base rows)."""
+        return len(self.variants)
+
+    @property
+    def requested(self) -> I:
+        """The part each row's user asks for: the team's first eligible choice."""
+        return np.asarray(self.preference[:, 0], dtype=np.int64)
 
 
 def _pick_padded(rng: np.random.Generator, choices: list[tuple[int, ...]], idx: I) -> F:
@@ -162,18 +191,8 @@ def sample_configs(rng: np.random.Generator, n: int) -> JobConfig:
     )
 
 
-def _subset(cfg: JobConfig, keep: NDArray[np.bool_] | I) -> JobConfig:
-    return JobConfig(**{k: getattr(cfg, k)[keep] for k in cfg.__dataclass_fields__})
-
-
-def _concat(parts: list[JobConfig]) -> JobConfig:
-    return JobConfig(
-        **{k: np.concatenate([getattr(p, k) for p in parts]) for k in JobConfig.__dataclass_fields__}
-    )
-
-
-def sample_jobs(rng: np.random.Generator, n: int, hw: HardwareArrays | None = None) -> Jobs:
-    """Draw ``n`` jobs that have at least one candidate, with requested hardware and oracle.
+def sample_jobs(rng: np.random.Generator, n: int, teams: Teams, hw: HardwareArrays | None = None) -> Jobs:
+    """Draw ``n`` jobs that have at least one candidate, with their variants and oracle.
 
     Parameters
     ----------
@@ -181,6 +200,8 @@ def sample_jobs(rng: np.random.Generator, n: int, hw: HardwareArrays | None = No
         Source of randomness (the result is a pure function of its state).
     n
         Number of jobs.
+    teams
+        The fleet's teams (:func:`fleet.teams.sample_teams`).
     hw
         Hardware arrays; default catalogue when None.
 
@@ -194,39 +215,51 @@ def sample_jobs(rng: np.random.Generator, n: int, hw: HardwareArrays | None = No
     while have < n:
         cfg = sample_configs(rng, int((n - have) * 1.3) + 16)
         ok = eligibility(cfg, hw).any(axis=1)
-        cfg = _subset(cfg, np.flatnonzero(ok)[: n - have])
+        cfg = cfg.subset(np.flatnonzero(ok)[: n - have])
         parts.append(cfg)
-        have += len(cfg.model)
-    cfg = _concat(parts)
-    return complete_jobs(rng, cfg, hw)
+        have += len(cfg)
+    return complete_jobs(rng, JobConfig.concat(parts), teams, hw)
+
+
+def _with_variants(rng: np.random.Generator, cfg: JobConfig, hw: HardwareArrays) -> tuple[JobConfig, I, I]:
+    """Base configurations followed by their feasible variants; the job of each row; variant rows."""
+    n = len(cfg)
+    rows, job = [cfg], [np.arange(n)]
+    variants = np.tile(np.arange(n)[:, None], (1, len(KINDS)))
+    for k, alt in enumerate(variant_configs(rng, cfg)):
+        ok = np.flatnonzero(eligibility(alt, hw).any(axis=1) & (alt.n <= MAX_ACCELERATORS))
+        variants[ok, k] = sum(len(r) for r in rows) + np.arange(len(ok))
+        rows.append(alt.subset(ok))
+        job.append(ok)
+    return JobConfig.concat(rows), np.concatenate(job).astype(np.int64), variants.astype(np.int64)
 
 
 def complete_jobs(
-    rng: np.random.Generator, cfg: JobConfig, hw: HardwareArrays | None = None, factor: F | None = None
+    rng: np.random.Generator, cfg: JobConfig, teams: Teams, hw: HardwareArrays | None = None,
+    factor: F | None = None,
 ) -> Jobs:
-    """Add requested hardware, per-job factor, caps, oracle and work to given configurations."""
+    """Add variants, teams, preferences, the job's effects, caps, the oracle and work to configurations."""
     hw = hw or hardware_arrays()
-    n = len(cfg.model)
-    eligible = eligibility(cfg, hw)
-    # Requested = the most familiar/available eligible type, with personal taste (Gumbel noise).
-    taste = np.log(hw.popularity)[None, :] + rng.gumbel(size=(n, len(hw.names)))
-    requested = np.where(eligible, taste, -np.inf).argmax(axis=1).astype(np.int64)
+    n = len(cfg)
+    all_cfg, job, variants = _with_variants(rng, cfg, hw)
+    team = assign_teams(rng, teams, model_arrays().family[cfg.model])
+    eligible = eligibility(all_cfg, hw)
+    preference = preferences(teams.order[team[job]], eligible, hw.memory)
     if factor is None:
         factor = np.exp(rng.normal(0.0, JOB_FACTOR_SIGMA, n)).clip(0.3, 2.5)
-    base = expected_throughput(cfg, hw)
-    on_req = base[np.arange(n), requested] * factor
+    job_hw = job_hardware_factor(rng, n)[job]
+    law = expected_throughput(all_cfg, hw) * model_architecture_effect()[all_cfg.model]
+    base = law[:n] * factor[:, None] * job_hw[:n]
+    on_req = base[np.arange(n), preference[:n, 0]]
+    # the input pipeline scales with the accelerators (one loader per accelerator)
     cap = np.where(rng.random(n) < INPUT_BOUND_SHARE, on_req * rng.uniform(0.6, 1.5, n), np.inf)
-    oracle = np.where(eligible, np.minimum(base * factor[:, None], cap[:, None]), np.nan)
+    cap = cap[job] * all_cfg.n / cfg.n[job]
+    oracle = np.where(eligible, np.minimum(law * factor[job, None] * job_hw, cap[:, None]), np.nan)
     hours = np.exp(rng.normal(np.log(3.0), 1.0, n)).clip(0.1, 72.0)
-    work = oracle[np.arange(n), requested] * hours * 3600.0
+    work = oracle[np.arange(n), preference[:n, 0]] * hours * 3600.0
     planned = rng.geometric(0.22, n).astype(np.int64)
     return Jobs(
-        cfg=cfg,
-        eligible=eligible,
-        requested=requested,
-        factor=factor,
-        cap=cap,
-        oracle=oracle,
-        work=work,
-        planned_attempts=planned,
+        cfg=all_cfg, job=job, team=team[job], eligible=eligible, preference=preference,
+        factor=factor[job], job_hardware=job_hw, law=law, cap=cap, oracle=oracle,
+        work=work[job], planned_attempts=planned[job], variants=variants,
     )

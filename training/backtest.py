@@ -12,10 +12,12 @@ history has the simulator's oracle table, two references that no model can beat:
 
 * ``oracle``: the noise-free expected throughput, which includes the job's own speed factor;
 * ``ceiling``: the best a predictor can do *at submission time*: it knows the simulator's law
-  exactly (every hardware type's noise-free throughput, input caps included) but of the job's
-  own speed factor only what its history reveals. Own measurement on this hardware: that
-  measurement; only elsewhere: that measurement times the law's exact ratio; no history: the
-  law with the median factor (1).
+  exactly (every hardware type's noise-free throughput at the configuration the submission
+  shows, the model type's effect on each architecture and the input caps included) and of the
+  job only what its history shows: its own effect (speed factor times job-by-hardware factor)
+  on each hardware type it ran on, without run-to-run noise. Ran on this hardware: the law
+  times that effect; only elsewhere: the law times the effect there (the job-by-hardware factor
+  of a part it never ran on is unknown: 1); no history: the law (effect 1).
 
 Top-1 and regret use a sample of attempts with every candidate's rows.
 """
@@ -54,28 +56,25 @@ def _oracle_map(history: History, column: str = "oracle_throughput") -> dict[tup
 
 
 def ceiling_predictions(rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray,
-                        oracle: dict[tuple[str, str], float], factor: dict[tuple[str, str], float],
-                        cap: dict[tuple[str, str], float]) -> np.ndarray:
+                        tables: OracleTables) -> np.ndarray:
     """Per-accelerator predictions of the submission-time ceiling (see the module docstring).
 
-    ``oracle``, ``factor`` and ``cap`` map ``(attempt_id, hardware)`` to the oracle table's
-    whole-job noise-free throughput, the job's speed factor and its input cap (NaN: none).
+    Which hardware the job's history covers at submission time is what the rows say
+    (``prior_same_n``, ``prior_other_n`` and ``prior_hw``); the effect there, the law and the
+    cap come from the simulator's oracle table (``tables``).
     """
-    def look(table: dict[tuple[str, str], float], hardware: np.ndarray) -> np.ndarray:
-        return np.array([np.nan if (v := table.get((a, h))) is None else v
-                         for a, h in zip(attempt_id, hardware, strict=True)], dtype=np.float64)
+    def look(table: dict[tuple[str, str], float], keys: np.ndarray, hardware: np.ndarray) -> np.ndarray:
+        return np.array([np.nan if (v := table.get((k, h))) is None else v
+                         for k, h in zip(keys, hardware, strict=True)], dtype=np.float64)
 
-    here, there = look(oracle, rows["hardware"]), look(oracle, rows["prior_hw"])
-    job_factor, job_cap = look(factor, rows["hardware"]), look(cap, rows["hardware"])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # The oracle is min(law x factor, cap). Below the cap the law is oracle / factor (and
-        # the cap still bounds it); at the cap the law's own value is unknown: guess the cap.
-        capped = here >= job_cap * 0.999
-        cold = np.where(capped, job_cap, np.fmin(here / job_factor, job_cap)) / num_accelerators
-        # Priors are per accelerator on the job's own configuration, so the law's ratio of
-        # whole-job throughputs carries them across hardware.
-        return np.where(rows["prior_same_n"] > 0, np.exp(rows["prior_same_log"]),
-                        np.where(rows["prior_other_n"] > 0, np.exp(rows["prior_other_log"]) * here / there, cold))
+    jobs = np.array([tables.job_of.get(a, "") for a in attempt_id], dtype=object)
+    law, cap = look(tables.law, attempt_id, rows["hardware"]), look(tables.cap, attempt_id, rows["hardware"])
+    factor = look(tables.factor, attempt_id, rows["hardware"])
+    here = factor * look(tables.job_hardware, jobs, rows["hardware"])
+    there = factor * look(tables.job_hardware, jobs, rows["prior_hw"])
+    effect = np.where(rows["prior_same_n"] > 0, here, np.where(rows["prior_other_n"] > 0, there, 1.0))
+    # The oracle is min(law x effect, cap); a NaN cap (none) leaves the product as it is.
+    return np.asarray(np.fmin(law * effect, cap) / num_accelerators, dtype=np.float64)
 
 
 #: What :func:`_pick_metrics` scores: a model, the truth itself (``None``), or a function of the
@@ -126,21 +125,48 @@ class OracleTables:
     Attributes
     ----------
     throughput
-        Whole-job noise-free throughput.
+        Whole-job noise-free throughput: ``min(law x factor x job-by-hardware factor, cap)``.
+    law
+        The law's whole-job throughput at the attempt's configuration (the model type's effect on
+        the architecture included, the job's own effects not).
     factor
         The job's own speed factor.
     cap
         The job's input cap (NaN: none).
+    job_hardware
+        ``(job_key, hardware) -> `` the job's own factor on that hardware.
+    job_of
+        ``attempt_id -> job_key``.
     """
 
     throughput: dict[tuple[str, str], float]
+    law: dict[tuple[str, str], float]
     factor: dict[tuple[str, str], float]
     cap: dict[tuple[str, str], float]
+    job_hardware: dict[tuple[str, str], float]
+    job_of: dict[str, str]
 
     @classmethod
     def read(cls, history: History) -> OracleTables:
-        """The history's oracle columns; all empty for a history without an oracle table."""
-        return cls(_oracle_map(history), _oracle_map(history, "job_factor"), _oracle_map(history, "input_cap"))
+        """The history's oracle columns; all empty for a history without an oracle table.
+
+        A table of a simulator without job-by-hardware effects (no ``law_throughput`` column) reads
+        as law = throughput / factor and job-by-hardware factors of 1.
+        """
+        o = history.oracle
+        if o is None:
+            return cls({}, {}, {}, {}, {}, {})
+        throughput, factor = _oracle_map(history), _oracle_map(history, "job_factor")
+        job_of = dict(zip(o.column("attempt_id").to_pylist(), o.column("job_key").to_pylist(), strict=True))
+        if "law_throughput" in o.column_names:
+            law = _oracle_map(history, "law_throughput")
+            per_job = o.column("job_hardware_factor").to_pylist()
+        else:
+            law = {k: v / factor[k] for k, v in throughput.items()}
+            per_job = [1.0] * o.num_rows
+        keys = zip(o.column("job_key").to_pylist(), o.column("hardware").to_pylist(), strict=True)
+        return cls(throughput, law, factor, _oracle_map(history, "input_cap"),
+                   dict(zip(keys, per_job, strict=True)), job_of)
 
     def per_accelerator(self, test: Examples) -> np.ndarray:
         """The oracle's per-accelerator throughput of each test example (NaN where it has none)."""
@@ -150,7 +176,7 @@ class OracleTables:
 
     def ceiling(self, rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray) -> np.ndarray:
         """:func:`ceiling_predictions` with these tables."""
-        return ceiling_predictions(rows, attempt_id, num_accelerators, self.throughput, self.factor, self.cap)
+        return ceiling_predictions(rows, attempt_id, num_accelerators, self)
 
     def ceiling_picker(self, sub: Submission, rows: Rows) -> np.ndarray:
         """The ceiling for every candidate row of one submission (a :data:`Picker`)."""
@@ -240,14 +266,15 @@ def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any
     test = submitted_on(ex, day)
     if len(train) == 0 or len(test) == 0:
         return None
-    models: dict[str, Picker] = {"lightgbm": fit_model(train, params), **baseline_models()}
+    served = fit_model(train, params)
+    models: dict[str, Picker] = {"lightgbm": served, **baseline_models()}
     row: dict[str, Any] = {"day": day_text(day), "train_rows": len(train), "test_rows": len(test)}
     preds: dict[str, np.ndarray] = {}
     for name, model in models.items():
         assert isinstance(model, ThroughputModel)
         pred = preds[name] = model.predict(test.rows)
         row[name] = summary(pred, test.y)
-    row["lightgbm"]["band_coverage"] = band_coverage(models["lightgbm"], preds["lightgbm"], test)
+    row["lightgbm"]["band_coverage"] = band_coverage(served, preds["lightgbm"], test)
     _record_errors(errors, test, preds["lightgbm"])
     if oracle.throughput:
         preds["oracle"] = oracle.per_accelerator(test)

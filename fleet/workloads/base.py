@@ -54,6 +54,11 @@ class ModelType:
         Fixed efficiency of this architecture relative to its family (kernel mix).
     popularity
         Relative frequency of jobs of this type.
+    num_experts
+        MoE experts (1: dense).
+    trainable
+        Share of the parameters that are trained (LoRA fine-tuning trains ~0.1 %): frozen ones
+        need no gradients, optimizer state or weight-gradient FLOPs.
     """
 
     name: str
@@ -77,6 +82,7 @@ class ModelType:
     arch_eff: float
     popularity: float
     num_experts: int = 1
+    trainable: float = 1.0
 
 
 def fmt_size(p: float) -> str:

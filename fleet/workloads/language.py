@@ -50,7 +50,21 @@ def dense_lms(rng: np.random.Generator) -> list[ModelType]:
                 name, "dense_lm", p, seq, nseqs, (1, 2, 4, 8, 16, 32), 1.0, 1.0, layers=layers, hidden=hidden
             )
         )
+    out.append(_lora(out[-1], trainable=0.0006))  # MLPerf's Llama-2-70B LoRA: rank 16, ~44M of 70B
     return out
+
+
+def _lora(base: ModelType, trainable: float) -> ModelType:
+    """LoRA fine-tuning of ``base``: frozen weights, so 4 instead of 6 FLOPs per parameter and token
+    (no weight gradients) and no gradients or optimizer state for the frozen parameters."""
+    return ModelType(
+        **{
+            **base.__dict__,
+            "name": f"{base.name}-lora",
+            "flops_lin": base.flops_lin * (4.0 + 2.0 * trainable) / 6.0,
+            "trainable": trainable,
+        }
+    )
 
 
 def moes(rng: np.random.Generator) -> list[ModelType]:
