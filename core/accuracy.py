@@ -333,9 +333,11 @@ TRUST_GRID: tuple[float, ...] = tuple(k / 10 for k in range(11))
 
 def best_weight(base_log: ArrayLike, departure: ArrayLike, actual: ArrayLike) -> float:
     """The weight ``w`` in :data:`TRUST_GRID` for which ``exp(base_log + w x departure)`` has
-    the best acc@10 against ``actual``; the largest such ``w`` on a tie.
+    the best acc@10 against ``actual``; the smallest such ``w`` on a tie.
 
-    How much of a model's correction to an anchor to keep, chosen on held-out rows.
+    How much of a model's correction to an anchor to keep, chosen on held-out rows. A tie keeps
+    the anchor's side: a correction earns its weight only by more hits (on a few dozen held-out
+    rows many weights tie, and the larger ones then fit noise).
 
     Parameters
     ----------
@@ -354,4 +356,4 @@ def best_weight(base_log: ArrayLike, departure: ArrayLike, actual: ArrayLike) ->
     b, d, y = (np.asarray(x, dtype=np.float64)[:, None] for x in (base_log, departure, actual))
     # (rows x weights) predictions against a column of actuals: acc@10 hits per weight.
     n_hits = hits(np.exp(b + d * np.array(TRUST_GRID)), y, 0.10).sum(axis=0)
-    return TRUST_GRID[int(np.flatnonzero(n_hits == n_hits.max())[-1])]
+    return TRUST_GRID[int(np.flatnonzero(n_hits == n_hits.max())[0])]

@@ -188,7 +188,7 @@ class OfflineFeatureState:
         prior = _priors(job) if job is not None else {}
         want = wanted_pairs(prior, [self._hw(c) for c in (sub.candidates if candidates is None else candidates)])
         levels = pair_levels(sub.model_type, sub.family) if want else []
-        fields = {field for _, field, _ in want.values()}
+        fields = {field for pairs in want.values() for _, field, _ in pairs}
         windows = {level: {f: w.observed() for f in fields if (w := self.pairs.get((level, name), {}).get(f))}
                    for level, name in levels}
         return FeatureSnapshot.of(

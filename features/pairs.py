@@ -162,22 +162,34 @@ def summarise(observed: Sequence[Observation], sign: float, at: Coordinates) -> 
 
 def most_informative(prior: Mapping[str, PriorStat], exclude: str) -> tuple[str, PriorStat] | None:
     """The job's other hardware with the most observations (newest on ties): the prior a row uses."""
-    best: tuple[str, PriorStat] | None = None
-    for hw, stat in prior.items():
-        if hw == exclude:
-            continue
-        if best is None or (stat.n, stat.last_time, hw) > (best[1].n, best[1].last_time, best[0]):
-            best = (hw, stat)
-    return best
+    best = informative_priors(prior, exclude, 1)
+    return (best[0], prior[best[0]]) if best else None
 
 
-def wanted_pairs(prior: Mapping[str, PriorStat], candidates: Sequence[str]) -> dict[str, tuple[str, str, float]]:
-    """For each candidate whose row will carry a prior: ``(prior hardware, pair field, sign)``."""
-    out: dict[str, tuple[str, str, float]] = {}
+def informative_priors(prior: Mapping[str, PriorStat], exclude: str, limit: int) -> list[str]:
+    """Up to ``limit`` of the job's other hardware, most observations first (newest on ties)."""
+    ranked = sorted(((stat.n, stat.last_time, hw) for hw, stat in prior.items() if hw != exclude), reverse=True)
+    return [hw for _, _, hw in ranked[:limit]]
+
+
+#: Priors carried across per candidate: each is an estimate, and their weighted mean beats the
+#: best one alone (fold seeds 0 and 2 of the public tables: two and more about tie, one is worse).
+MAX_PRIORS = 2
+
+Wanted = dict[str, list[tuple[str, str, float]]]  # candidate -> [(prior hardware, pair field, sign)]
+
+
+def wanted_pairs(prior: Mapping[str, PriorStat], candidates: Sequence[str]) -> Wanted:
+    """For each candidate, the pairs with the job's most informative other hardware (the row's own
+    prior first): ``(prior hardware, pair field, sign)``."""
+    out: Wanted = {}
+    if not prior:
+        return out
     for cand in candidates:
-        other = most_informative(prior, cand)
-        if other is not None and pairable(cand) and pairable(other[0]):
-            out[cand] = (other[0], *pair_field(cand, other[0]))
+        pairs = [(hw, *pair_field(cand, hw)) for hw in informative_priors(prior, cand, MAX_PRIORS)
+                 if pairable(cand) and pairable(hw)]
+        if pairs:
+            out[cand] = pairs
     return out
 
 
@@ -190,10 +202,9 @@ def pair_levels(model_type: str, family: str | None) -> list[tuple[str, str | No
     return levels
 
 
-def summarise_pairs(want: Mapping[str, tuple[str, str, float]],
-                    windows: Mapping[str, Mapping[str, Sequence[Observation]]],
-                    at: Coordinates) -> dict[str, dict[str, PairStat]]:
-    """Per level and candidate, the summary of the pair (candidate, its row's prior hardware).
+def summarise_pairs(want: Wanted, windows: Mapping[str, Mapping[str, Sequence[Observation]]],
+                    at: Coordinates) -> dict[str, dict[str, dict[str, PairStat]]]:
+    """Per level, candidate and prior hardware, the summary of the pair (candidate, prior).
 
     Parameters
     ----------
@@ -204,16 +215,45 @@ def summarise_pairs(want: Mapping[str, tuple[str, str, float]],
     at
         The submission's coordinates.
     """
-    out: dict[str, dict[str, PairStat]] = {}
+    out: dict[str, dict[str, dict[str, PairStat]]] = {}
     for level, fields in windows.items():
-        stats = {}
-        for cand, (_, field, sign) in want.items():
-            stat = summarise(fields.get(field, ()), sign, at)
-            if stat is not None:
-                stats[cand] = stat
+        stats: dict[str, dict[str, PairStat]] = {}
+        for cand, pairs in want.items():
+            for prior_hw, field, sign in pairs:
+                stat = summarise(fields.get(field, ()), sign, at)
+                if stat is not None:
+                    stats.setdefault(cand, {})[prior_hw] = stat
         if stats:
             out[level] = stats
     return out
+
+
+def carried(stats: Mapping[str, Mapping[str, Mapping[str, PairStat]]], prior: Mapping[str, PriorStat],
+            candidate: str) -> tuple[float, float, float]:
+    """The job's priors carried to ``candidate``, each by its most specific paired ratio, combined.
+
+    Returns
+    -------
+    tuple
+        Kernel-weighted mean of ``log(prior) + log ratio`` over the priors that have a ratio,
+        their total weight, and the weighted spread of the estimates (NaN with fewer than two).
+    """
+    estimates: dict[str, tuple[float, float]] = {}
+    for level in LEVELS:
+        for prior_hw, stat in stats.get(level, {}).get(candidate, {}).items():
+            if prior_hw not in estimates and prior_hw in prior and prior[prior_hw].robust > 0:
+                estimates[prior_hw] = (math.log(prior[prior_hw].robust) + stat.log_ratio, stat.weight)
+    if not estimates:
+        return NAN, 0.0, NAN
+    values = [v for v, _ in estimates.values()]
+    weights = [w for _, w in estimates.values()]
+    total = sum(weights)
+    if total <= 0.0:
+        weights, total = [1.0] * len(values), float(len(values))
+    mean = sum(w * v for w, v in zip(weights, values, strict=True)) / total
+    spread = math.sqrt(sum(w * (v - mean) ** 2 for w, v in zip(weights, values, strict=True)) / total) \
+        if len(values) > 1 else NAN
+    return mean, sum(w for _, w in estimates.values()), spread
 
 
 def parse_window(packed: str | None) -> list[Observation]:

@@ -17,7 +17,8 @@ Columns, by group (the drivers report ablates the groups):
 - ``lookup``: model-type and family medians per hardware (the lookup table's knowledge);
 - ``paired``: how much faster other jobs that ran on both the candidate and the job's prior
   hardware ran on the candidate, near this configuration, per level (model type, family, all;
-  :mod:`features.pairs`), and the job's prior carried across with the most specific of them.
+  :mod:`features.pairs`), and the job's priors carried across by the most specific of them,
+  combined (with their total weight and spread).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from core.hardware import SPEC_FEATURES, Catalogue, HardwareType
-from features.pairs import LEVELS, most_informative
+from features.pairs import LEVELS, carried, most_informative
 from features.roofline import ROOFLINE_COLUMNS, roofline_columns, roofline_log
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams.events import PRECISIONS, Submission
@@ -68,7 +69,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "paired": (
         "paired_model_log", "paired_model_weight", "paired_model_n", "paired_family_log", "paired_family_weight",
-        "paired_all_log", "paired_all_weight", "transfer_paired_log",
+        "paired_all_log", "paired_all_weight", "transfer_paired_log", "transfer_paired_weight",
+        "transfer_paired_spread",
     ),
 }
 COLUMNS: tuple[str, ...] = tuple(c for cols in GROUPS.values() for c in cols)
@@ -231,7 +233,7 @@ def row_dicts(
         row.update(_same_columns(same, now))
         row.update(_other_columns(snap, row, catalogue, now))
         row.update(_lookup_columns(snap, hw))
-        row.update(_paired_columns(snap, hw, row["prior_other_log"]))
+        row.update(_paired_columns(snap, hw, row["prior_hw"]))
         if same is not None:
             # the job's own speed here beats any transfer
             row["transfer_log"] = row["transfer_paired_log"] = row["prior_same_log"]
@@ -333,20 +335,18 @@ def _lookup_columns(snap: FeatureSnapshot, hw: str) -> dict[str, Any]:
     }
 
 
-def _paired_columns(snap: FeatureSnapshot, hw: str, prior_other_log: float) -> dict[str, Any]:
-    """Paired ratios of the candidate over the row's prior hardware, per level, and the prior
-    carried across by the most specific level that has observed the pair."""
+def _paired_columns(snap: FeatureSnapshot, hw: str, prior_hw: str) -> dict[str, Any]:
+    """Paired ratios of the candidate over the row's prior hardware per level, and the job's priors
+    carried across by their most specific paired ratios, combined (:func:`features.pairs.carried`)."""
     cols: dict[str, Any] = {}
-    carried = NAN
     for level in LEVELS:
-        stat = snap.pairs.get(level, {}).get(hw)
+        stat = snap.pairs.get(level, {}).get(hw, {}).get(prior_hw)
         cols[f"paired_{level}_log"] = stat.log_ratio if stat is not None else NAN
         cols[f"paired_{level}_weight"] = stat.weight if stat is not None else 0.0
         if level == "model":
             cols["paired_model_n"] = float(stat.n) if stat is not None else 0.0
-        if stat is not None and math.isnan(carried):
-            carried = prior_other_log + stat.log_ratio
-    cols["transfer_paired_log"] = carried
+    cols["transfer_paired_log"], cols["transfer_paired_weight"], cols["transfer_paired_spread"] = \
+        carried(snap.pairs, snap.prior, hw)
     return cols
 
 

@@ -47,8 +47,8 @@ class FeatureSnapshot:
     prior: dict[str, PriorStat] = field(default_factory=dict)
     lookup_model: dict[str, LookupStat] = field(default_factory=dict)
     lookup_family: dict[str, LookupStat] = field(default_factory=dict)
-    #: level (``model``, ``family``, ``all``) -> candidate -> paired ratio over the candidate's prior
-    pairs: dict[str, dict[str, PairStat]] = field(default_factory=dict)
+    #: level (``model``, ``family``, ``all``) -> candidate -> prior hardware -> paired ratio
+    pairs: dict[str, dict[str, dict[str, PairStat]]] = field(default_factory=dict)
     starts: int = 0
     completed: int = 0
     failed: int = 0
@@ -61,7 +61,7 @@ class FeatureSnapshot:
         lookup_model: dict[str, LookupStat],
         lookup_family: dict[str, LookupStat],
         counts: Mapping[str, int],
-        pairs: dict[str, dict[str, PairStat]] | None = None,
+        pairs: dict[str, dict[str, dict[str, PairStat]]] | None = None,
     ) -> FeatureSnapshot:
         """A snapshot whose attempt counters come from ``counts`` (name -> count, absent = 0).
 
@@ -76,7 +76,8 @@ class FeatureSnapshot:
             "prior": {h: [p.n, p.last_time, p.last, p.robust] for h, p in self.prior.items()},
             "lookup_model": {h: [s.n, s.median] for h, s in self.lookup_model.items()},
             "lookup_family": {h: [s.n, s.median] for h, s in self.lookup_family.items()},
-            "pairs": {level: {h: [s.n, s.weight, s.log_ratio] for h, s in stats.items()}
+            "pairs": {level: {h: {p: [s.n, s.weight, s.log_ratio] for p, s in by_prior.items()}
+                              for h, by_prior in stats.items()}
                       for level, stats in self.pairs.items()},
             "attempts": [self.starts, self.completed, self.failed, self.preempted],
         }
@@ -90,7 +91,8 @@ class FeatureSnapshot:
                    for h, v in data.get("prior", {}).items()},
             lookup_model={h: LookupStat(int(v[0]), float(v[1])) for h, v in data.get("lookup_model", {}).items()},
             lookup_family={h: LookupStat(int(v[0]), float(v[1])) for h, v in data.get("lookup_family", {}).items()},
-            pairs={level: {h: PairStat(int(v[0]), float(v[1]), float(v[2])) for h, v in stats.items()}
+            pairs={level: {h: {p: PairStat(int(v[0]), float(v[1]), float(v[2])) for p, v in by_prior.items()}
+                           for h, by_prior in stats.items()}
                    for level, stats in data.get("pairs", {}).items()},
             starts=int(starts),
             completed=int(completed),

@@ -211,7 +211,7 @@ class FeatureStore:
         pipe = self.client.pipeline(transaction=False)
         asked: list[list[tuple[str, list[str]]]] = []
         for sub, want in zip(submissions, wanted, strict=True):
-            fields = list(dict.fromkeys(field for _, field, _ in want.values()))
+            fields = list(dict.fromkeys(field for pairs in want.values() for _, field, _ in pairs))
             levels = pair_levels(sub.model_type, sub.family) if fields else []
             for level, name in levels:
                 pipe.hmget(self.layout.pairs(level, name), fields)

@@ -25,7 +25,7 @@ from features.rows import Rows
 #: Evidence levels of a row: the job ran on this hardware before / only elsewhere / never.
 EVIDENCE = ("same", "other", "none")
 #: Values of ``k`` :func:`choose_blend` tries; ``inf`` keeps the base model's ratio alone.
-BLEND_GRID: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
+BLEND_GRID: tuple[float, ...] = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
 #: Fewest held-out rows of an evidence level that decide its trust or band; fewer keep the defaults.
 MIN_ROWS = 30
 #: Quantiles of the uncertainty band.
@@ -38,20 +38,17 @@ def evidence_level(rows: Rows) -> np.ndarray:
 
 
 def paired_transfer(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
-    """The job's prior carried across by the most specific paired ratio, and that ratio's weight."""
-    carried = rows["transfer_paired_log"]
-    weight = np.zeros(len(carried))
-    filled = np.zeros(len(carried), dtype=bool)
-    for level in ("model", "family", "all"):
-        has = ~filled & np.isfinite(rows[f"paired_{level}_log"])
-        weight[has] = rows[f"paired_{level}_weight"][has]
-        filled |= has
-    return carried, weight
+    """The job's priors carried across by paired ratios (combined), and the ratios' total weight."""
+    return rows["transfer_paired_log"], rows["transfer_paired_weight"]
 
 
 def blend(base_transfer: np.ndarray, paired: np.ndarray, weight: np.ndarray, k: float) -> np.ndarray:
     """``base + w / (w + k) x (paired - base)``; either one alone where the other is missing."""
-    share = weight / (weight + k) if math.isfinite(k) else np.zeros(len(weight))
+    if not math.isfinite(k):
+        share = np.zeros(len(weight))
+    else:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(weight + k > 0, weight / (weight + k), 0.0)
     both = base_transfer + share * (paired - base_transfer)
     return np.where(np.isnan(paired), base_transfer, np.where(np.isnan(base_transfer), paired, both))
 

@@ -131,11 +131,13 @@ def test_regret_needs_full_truth() -> None:
 def test_best_weight_keeps_a_correction_only_as_far_as_it_helps() -> None:
     actual = np.full(10, 100.0)
     up = np.full(10, math.log(1.25))
-    # 20% low, corrected by exactly x1.25: within 10% from w = 0.6 up; the largest w wins.
-    assert best_weight(np.log(np.full(10, 80.0)), up, actual) == 1.0
+    # 20% low, corrected by exactly x1.25: within 10% from w = 0.6 up; the smallest such w wins.
+    assert best_weight(np.log(np.full(10, 80.0)), up, actual) == 0.6
     # Already right, and the correction goes the wrong way: keep none of it.
     assert best_weight(np.log(np.full(10, 95.0)), np.full(10, -1.0), actual) == 0.0
-    # Half 20% low (hit from w = 0.6), half 10% low (overshoot beyond w = 0.8): 0.8 serves both.
+    # Half 20% low (hit from w = 0.6), half 10% low (overshoot beyond w = 0.8): 0.6 serves both.
     mixed = np.log(np.r_[np.full(5, 80.0), np.full(5, 90.0)])
-    assert best_weight(mixed, up, actual) == 0.8
+    assert best_weight(mixed, up, actual) == 0.6
+    # Half 20% low, half 25% low (hit from w = 0.9): only 0.9 and up serve both.
+    assert best_weight(np.log(np.r_[np.full(5, 80.0), np.full(5, 75.0)]), up, actual) == 0.9
     assert 0.8 in TRUST_GRID

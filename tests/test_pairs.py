@@ -79,7 +79,7 @@ def test_paired_ratio_reaches_a_new_job_whatever_its_speed(store: FeatureStore) 
     online = store.read([sub])[0]
     assert online == twin.snapshot(sub)
     for level in ("model", "family", "all"):
-        stat = online.pairs[level]["H100-SXM"]
+        stat = online.pairs[level]["H100-SXM"]["L4"]
         assert stat.n == 5 and stat.log_ratio == pytest.approx(math.log(2.5))
     assert "MI300X" not in online.pairs["model"]  # nothing observed on that pair
     rows = build_rows(sub, online, sub.candidates, CAT)
@@ -105,7 +105,7 @@ def test_pair_windows_keep_the_newest_observations(store: FeatureStore) -> None:
     twin = OfflineFeatureState(CAT.canonical)
     _two_hardware_jobs(store, twin, PAIR_WINDOW + 5)
     sub = submission("j0", 99, candidates=["H100-SXM", "L4"])
-    assert store.read([sub])[0].pairs["model"]["L4"].n == PAIR_WINDOW
+    assert store.read([sub])[0].pairs["model"]["L4"]["H100-SXM"].n == PAIR_WINDOW
     assert store.read([sub]) == [twin.snapshot(sub)]
 
 
@@ -115,5 +115,28 @@ def test_held_out_jobs_see_their_own_history_and_the_training_aggregates() -> No
     own.apply_finish(finish("held", "h1", T0 + 900, "L4", 80.0))
     sub = submission("held", 1, candidates=["H100-SXM"])
     snap = train.snapshot(sub, job_source=own)
-    assert snap.prior["L4"].n == 1 and snap.pairs["model"]["H100-SXM"].n == 4
+    assert snap.prior["L4"].n == 1 and snap.pairs["model"]["H100-SXM"]["L4"].n == 4
     assert train.snapshot(sub).prior == {} and own.snapshot(sub).pairs == {}
+
+
+def test_every_informative_prior_is_carried_across_and_combined(store: FeatureStore) -> None:
+    """A job seen on L4 and on MI300X reaches H100 through both pairs; the estimates are averaged."""
+    twin = OfflineFeatureState(CAT.canonical)
+    events = []
+    for j in range(4):  # H100 is 2.5x L4 and 2x MI300X for every job
+        events += [finish(f"j{j}", f"a{j}", T0 + j, "L4", 100.0 * (j + 1)),
+                   finish(f"j{j}", f"m{j}", T0 + 50 + j, "MI300X", 125.0 * (j + 1)),
+                   finish(f"j{j}", f"b{j}", T0 + 100 + j, "H100-SXM", 250.0 * (j + 1))]
+    events += [finish("new", "n1", T0 + 500, "L4", 40.0), finish("new", "n2", T0 + 600, "MI300X", 55.0)]
+    for ev in events:
+        store.apply_finishes([ev])
+        twin.apply_finish(ev)
+    sub = submission("new", 1, candidates=["H100-SXM"])
+    snap = store.read([sub])[0]
+    assert snap == twin.snapshot(sub)
+    assert set(snap.pairs["model"]["H100-SXM"]) == {"L4", "MI300X"}
+    rows = build_rows(sub, snap, sub.candidates, CAT)
+    # L4 says 2.5 x 40 = 100, MI300X says 2 x 55 = 110: equal weights, so the geometric mean
+    assert math.exp(rows["transfer_paired_log"][0]) * 8 == pytest.approx(math.sqrt(100 * 110))
+    assert rows["transfer_paired_spread"][0] == pytest.approx(0.5 * math.log(110 / 100))
+    assert rows["transfer_paired_weight"][0] == pytest.approx(2 * snap.pairs["model"]["H100-SXM"]["L4"].weight)

@@ -11,6 +11,7 @@ submission.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,18 @@ class Examples:
 
     def __len__(self) -> int:
         return len(self.y)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Examples]) -> Examples:
+        """The examples of ``parts`` one after the other (``full`` indices shifted along)."""
+        full: dict[int, tuple[Submission, Rows]] = {}
+        offset = 0
+        for part in parts:
+            full.update({offset + i: v for i, v in part.full.items()})
+            offset += len(part)
+        columns = ("y", "submit_time", "finish_time", "attempt_id", "job_key", "hardware", "num_accelerators")
+        return cls(rows={c: np.concatenate([p.rows[c] for p in parts]) for c in parts[0].rows},
+                   **{c: np.concatenate([getattr(p, c) for p in parts]) for c in columns}, full=full)
 
     def select(self, mask: np.ndarray) -> Examples:
         idx = np.flatnonzero(mask)
@@ -385,3 +398,20 @@ def _replay_held_out_job(job: tuple[list[JobFinish], list[JobStart], list[Submis
             n = out.add(sub, done, row_dicts(sub, snap, (done.hardware,), catalogue))
             if full and len(sub.candidates) > 1:
                 out.full[n] = (sub, build_rows(sub, snap, sub.candidates, catalogue))
+
+
+def build_cross_fitted_examples(history: History, catalogue: Catalogue, folds: int = 5, seed: int = 0) -> Examples:
+    """Training examples for a history without time (a measurement table), built as held-out ones.
+
+    A measurement table's configurations were not measured one after another: replayed in an
+    invented order, early jobs would see almost no cross-job aggregates and late ones nearly all,
+    while a held-out job sees those of every training job. So the jobs are split in ``folds``
+    groups and each group's examples come from :func:`build_held_out_examples` against the other
+    groups: every training row sees the aggregates of most other jobs and never its own.
+    """
+    keys = np.unique(history.submissions.column("job_key").to_numpy(zero_copy_only=False).astype(str))
+    group = np.random.default_rng(seed).permutation(len(keys)) % folds
+    parts = [build_held_out_examples(select_jobs(history, keys[group == g], keep=False),
+                                     select_jobs(history, keys[group == g]), catalogue, full=False)
+             for g in range(folds) if (group == g).any()]
+    return Examples.concat([p for p in parts if len(p)]) if any(len(p) for p in parts) else parts[0]

@@ -32,7 +32,7 @@ from core.hardware import Catalogue
 from features.rows import Rows, concat_rows
 from predictor.lgbm import EVIDENCE, evidence_level
 from predictor.models import ThroughputModel
-from training.dataset import Examples, build_examples, build_held_out_examples, select_jobs
+from training.dataset import Examples, build_cross_fitted_examples, build_held_out_examples, select_jobs
 from training.measurements.estimators import Estimator, ModelFactory
 from training.measurements.history import TableHistory
 from training.measurements.pairs import config_ids, folds
@@ -55,7 +55,8 @@ def make_fold(th: TableHistory, test_rows: np.ndarray, catalogue: Catalogue) -> 
     keys = set(th.job_key[test_rows].tolist())
     train = select_jobs(th.history, keys, keep=False)
     held_out = select_jobs(th.history, keys)
-    return Fold(build_examples(train, catalogue), build_held_out_examples(train, held_out, catalogue))
+    # A table has no time: training rows see the other training jobs' aggregates, as test rows do.
+    return Fold(build_cross_fitted_examples(train, catalogue), build_held_out_examples(train, held_out, catalogue))
 
 
 @dataclass
