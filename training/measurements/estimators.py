@@ -23,6 +23,7 @@ import numpy as np
 from features.rows import Rows
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import BASELINES, ThroughputModel
+from training.alternatives import ALTERNATIVES
 from training.measurements.pairwise import PairwiseLightGBM
 
 
@@ -68,12 +69,15 @@ def _baseline(cls: type[ThroughputModel]) -> Callable[[int], ThroughputModel]:
 
 
 #: name -> (seed -> unfitted estimator). ``lightgbm`` is the served model; the baselines are
-#: every model of :data:`predictor.models.BASELINES` under its own name.
+#: every model of :data:`predictor.models.BASELINES` under its own name; then the old pairwise
+#: model and every alternative of :data:`training.alternatives.ALTERNATIVES` (ridge, kNN, ...;
+#: a name this registry already has keeps its definition here).
 REGISTRY: dict[str, Callable[[int], Estimator | ThroughputModel]] = {
     "lightgbm": ServedModel,
     **{name: _baseline(cls) for name, cls in BASELINES.items()},
     "pairwise_lightgbm": PairwiseLightGBM,
 }
+REGISTRY.update({name: make for name, make in ALTERNATIVES.items() if name not in REGISTRY})
 #: What ``--models`` means by default: the served model, every baseline and the old pairwise model.
 DEFAULT_MODELS: tuple[str, ...] = ("lightgbm", *BASELINES, "pairwise_lightgbm")
 

@@ -1,0 +1,193 @@
+"""The alternative models: every registered one fits and predicts on a tiny sample, the shared
+preprocessing, and ``leap alternatives`` on a tiny run (outputs written, bad arguments refused)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from core.hardware import load_catalogue
+from fleet.history import simulate, write_history
+from leap.cli import app
+from training import alternatives as alt
+from training.alternatives.preprocess import ANCHOR_COLUMNS, Preprocessor, anchor
+from training.dataset import Examples, build_examples, read_history
+from training.days import parse_day
+
+ROOT = Path(__file__).resolve().parent.parent
+GAVEL = ROOT / "data" / "measurements" / "gavel.csv"
+#: Models that return NaN where they have no estimate (the baselines without lookup medians);
+#: every learned alternative always answers.
+MAY_ABSTAIN = {"lookup", "transfer", "transfer_paired"}
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three simulated days of 300 attempts."""
+    out = tmp_path_factory.mktemp("alt-history")
+    write_history(simulate(seed=5, days=3, attempts_per_day=300, start=parse_day("2025-03-01")), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def examples(history: Path) -> Examples:
+    return build_examples(read_history(history), load_catalogue())
+
+
+@pytest.fixture(scope="module")
+def split(examples: Examples) -> tuple[Examples, Examples]:
+    """Train on the first two thirds of the attempts, test on the rest."""
+    cut = int(len(examples) * 2 / 3)
+    order = np.arange(len(examples))
+    return examples.select(order < cut), examples.select(order >= cut)
+
+
+def _make(name: str) -> Any:
+    try:
+        model = alt.ALTERNATIVES[name](0)
+    except alt.AlternativeUnavailable as exc:
+        pytest.skip(str(exc))
+    # Encoding text is the language models' cost: a small sample and a few steps prove the loop
+    # (their own tests, tests/test_language_models.py, train further).
+    if name.startswith("lm_") and hasattr(model, "max_rows"):
+        model.max_rows = 128
+    if name == "lm_finetuned" and hasattr(model, "steps"):
+        model.steps = 3
+    return model
+
+
+@pytest.mark.parametrize("name", alt.NAMES)
+def test_every_model_fits_and_predicts_per_accelerator(name: str, split: tuple[Examples, Examples]) -> None:
+    train, test = split
+    model = _make(name)
+    assert alt.fit(model, train.rows, train.y, train.job_key) is model
+    pred = model.predict(test.rows)
+    assert pred.shape == (len(test),)
+    if name not in MAY_ABSTAIN:
+        assert np.isfinite(pred).all() and (pred > 0).all()
+    ok = np.isfinite(pred)
+    # Per accelerator: the median prediction is within a factor of 10 of the measured one.
+    assert 0.1 < float(np.median(pred[ok] / test.y[ok])) < 10
+    lo, hi = model.predict_band(pred, test.rows)
+    assert (lo[ok] <= pred[ok] + 1e-9).all() and (hi[ok] >= pred[ok] - 1e-9).all()
+    assert model.predict({c: v[:0] for c, v in test.rows.items()}).shape == (0,)
+
+
+def test_registry_names_every_model_of_the_report() -> None:
+    wanted = {"lightgbm", "lookup", "transfer", "ridge", "knn", "random_forest", "mlp", "lightgbm_plain",
+              "lm_frozen", "lm_finetuned"}
+    assert wanted <= set(alt.NAMES)
+    assert alt.resolve("all") == list(alt.NAMES)
+    assert alt.resolve("ridge, knn,ridge") == ["ridge", "knn"]
+    with pytest.raises(ValueError, match="unknown model"):
+        alt.resolve("ridge,gpt")
+
+
+def test_a_missing_language_module_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    real = importlib.import_module
+
+    def without_language(name: str, *args: Any) -> Any:
+        if name == "training.alternatives.language":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", without_language)
+    with pytest.raises(alt.AlternativeUnavailable, match=r"lm_frozen: training/alternatives/language\.py is not"):
+        alt.ALTERNATIVES["lm_frozen"](0)
+
+
+def test_preprocessor_learns_from_training_rows_only(split: tuple[Examples, Examples]) -> None:
+    train, test = split
+    pre = Preprocessor().fit(train.rows, np.log(train.y))
+    x, base, source = pre.transform(test.rows)
+    assert x.shape == (len(test), pre.n_features()) and np.isfinite(x).all()
+    assert np.isfinite(base).all() and ((source >= 0) & (source <= len(ANCHOR_COLUMNS))).all()
+    # A category never seen in training lands in the "other" column; nothing breaks.
+    odd = {**test.rows, "hardware": np.full(len(test), "NoSuchChip", dtype=object)}
+    assert np.isfinite(pre.transform(odd)[0]).all()
+    ordinal = Preprocessor(categorical="ordinal").fit(train.rows, np.log(train.y))
+    assert ordinal.transform(test.rows)[0].shape[1] == ordinal.n_features() < pre.n_features()
+
+
+def test_anchor_follows_the_chain_and_falls_back() -> None:
+    nan = np.nan
+    rows = {c: np.array([1.0, nan, nan]) if c == ANCHOR_COLUMNS[0] else np.array([nan, 2.0, nan])
+            for c in ANCHOR_COLUMNS}
+    rows["hardware"] = np.array(["a", "b", "c"], dtype=object)
+    value, source = anchor(rows, fallback=7.0)
+    assert value.tolist() == [1.0, 2.0, 7.0]
+    assert source.tolist() == [0, 1, len(ANCHOR_COLUMNS)]
+
+
+# ---------------------------------------------------------------------- the command
+
+
+@pytest.fixture(scope="module")
+def tiny_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three Gavel workloads: folds under both protocols in seconds."""
+    with GAVEL.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["workload"] in {"LM", "ResNet-18", "Transformer"}]
+    path = tmp_path_factory.mktemp("alt-table") / "tiny.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_cli_writes_json_markdown_and_png(history: Path, tiny_table: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["alternatives", "--history", str(history), "--days", "1", "--models", "lightgbm_plain,ridge,transfer",
+            "--tables", str(tiny_table), "--json", str(out / "a.json"), "--markdown", str(out / "a.md"),
+            "--plot", str(out / "a.png")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    result = orjson.loads((out / "a.json").read_bytes())
+    assert result["simulator"]["days"] == 1
+    for name in ("lightgbm_plain", "ridge", "transfer"):
+        figures = result["simulator"]["mean"][name]
+        assert {"acc@10", "acc@20", "mape", "top1", "regret", "fit_s", "predict_us_per_row"} <= set(figures)
+        for protocol in ("config_fold", "leave_one_workload_out"):
+            assert "acc@10" in result["tables"]["tiny"]["protocols"][protocol]["models"][name]
+    text = (out / "a.md").read_text()
+    assert "| model | acc@10 | acc@20 | MAPE | top-1 | regret | fit s | µs/row |" in text
+    assert "## tiny config_fold" in text and "| ridge |" in text
+    assert (out / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--models", "ridge,gpt"], "unknown model(s) gpt"),
+    (["--models", " , "], "no model named"),
+    (["--tables", "no/such.csv"], "no such table(s): no/such.csv"),
+    (["--days", "5"], "too short for 5 test days"),
+    (["--plot", "chart.svg"], "--plot writes a PNG"),
+])
+def test_cli_refuses_bad_arguments(history: Path, extra: list[str], message: str) -> None:
+    res = CliRunner().invoke(app, ["alternatives", "--history", str(history), "--tables", "none",
+                                   "--models", "transfer", *extra])
+    assert res.exit_code == 2
+    assert message in " ".join(res.output.split())
+
+
+def test_cli_refuses_a_missing_history(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["alternatives", "--history", str(tmp_path / "nope"), "--tables", "none"])
+    assert res.exit_code == 2
+    assert "no such history folder" in " ".join(res.output.split())
+
+
+def test_evaluate_measurements_scores_the_alternatives(tiny_table: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    res = CliRunner().invoke(app, ["evaluate-measurements", str(tiny_table), "--models", "lightgbm,ridge,knn",
+                                   "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    protocols = orjson.loads(out.read_bytes())["protocols"]
+    for block in protocols.values():
+        assert {"lightgbm", "ridge", "knn"} <= set(block["models"])

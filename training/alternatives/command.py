@@ -1,0 +1,126 @@
+"""``leap alternatives``: every model on the simulator backtest and on every public table.
+
+::
+
+    leap fleet history --out .leap/h21 --days 14 --attempts-per-day 2000 --seed 21
+    leap alternatives --history .leap/h21 --days 7 \\
+        --json alternatives.json --markdown alternatives.md --plot alternatives.png
+
+``--models ridge,knn`` runs a subset (``all`` by default: :data:`training.alternatives.NAMES`);
+``--tables none`` skips the public tables, ``--tables a.csv,b.csv`` runs others.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from training.alternatives import ALTERNATIVES, NAMES, AlternativeUnavailable, resolve
+from training.alternatives.report import COLUMNS, cell, markdown, plot, report_rows
+
+console = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+def _tables(spec: str | None) -> list[Path]:
+    """The tables to run: every public one by default, none for ``none``, else the listed paths."""
+    from training.alternatives.tables import default_tables
+
+    if spec is None:
+        return default_tables()
+    if spec.strip() == "none":
+        return []
+    paths = [Path(p.strip()) for p in spec.split(",") if p.strip()]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ValueError(f"no such table(s): {', '.join(missing)}")
+    if not paths:
+        raise ValueError("--tables names no file (give paths, or 'none')")
+    return paths
+
+
+def _check(names: list[str], seed: int) -> None:
+    """Make each model once, so that one that cannot be made fails before hours of work."""
+    for name in names:
+        ALTERNATIVES[name](seed)
+
+
+def _print(result: dict[str, Any]) -> None:
+    table = Table(title="alternatives (acc on every simulator attempt; on tables, attempts with a prior elsewhere)")
+    for header in ("dataset", "model", *(h for h, _, _ in COLUMNS)):
+        table.add_column(header, justify="left" if header in ("dataset", "model") else "right")
+    for row in report_rows(result):
+        table.add_row(row["dataset"], row["model"], *(cell(row.get(k), d) for _, k, d in COLUMNS))
+    console.print(table)
+
+
+def alternatives_cmd(
+    history: Annotated[Path | None, typer.Option(
+        "--history", help="Simulated history folder (`leap fleet history`); omit to run only the tables.")] = None,
+    days: Annotated[int, typer.Option(min=1, help="Nightly retrains at the end of the history.")] = 7,
+    window_days: Annotated[int, typer.Option(min=1, help="Training window of each retrain.")] = 30,
+    models: Annotated[str, typer.Option(help=f"Comma-separated models, or all. Known: {', '.join(NAMES)}")] = "all",
+    tables: Annotated[str | None, typer.Option(
+        help="Comma-separated measurement CSVs, or none (default: every table in data/measurements).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of every model, of the tables' folds and attempts' order.")] = 0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the full result as JSON here.")] = None,
+    markdown_path: Annotated[Path | None, typer.Option("--markdown", help="Write the Markdown table here.")] = None,
+    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write the acc@10 chart (PNG) here.")] = None,
+) -> None:
+    """Every model on identical rows and splits: the simulator backtest and the public tables."""
+    from training.measurements import MeasurementError
+
+    try:
+        names = resolve(models)
+        paths = _tables(tables)
+        _check(names, seed)
+    except (ValueError, AlternativeUnavailable) as exc:
+        raise _fail(str(exc)) from None
+    if history is not None and not history.is_dir():
+        raise _fail(f"{history}: no such history folder (make one with `leap fleet history --out {history}`)")
+    if history is None and not paths:
+        raise _fail("nothing to run: give --history for the simulator backtest, or tables to --tables")
+    if plot_path is not None and plot_path.suffix.lower() != ".png":
+        raise _fail(f"--plot writes a PNG: give a path ending in .png, not {plot_path.name!r}")
+    result = _run(history, names, paths, days, window_days, seed, MeasurementError)
+    _print(result)
+    _write(result, json_path, markdown_path, plot_path)
+
+
+def _run(history: Path | None, names: list[str], paths: list[Path], days: int, window_days: int, seed: int,
+         measurement_error: type[Exception]) -> dict[str, Any]:
+    """The simulator backtest, then the tables; a bad history or table ends the command."""
+    from training.alternatives.simulated import backtest_alternatives
+    from training.alternatives.tables import evaluate_tables
+
+    factories = {n: ALTERNATIVES[n] for n in names}
+    try:
+        simulator = None if history is None else backtest_alternatives(
+            history, factories, days=days, window_days=window_days, seed=seed, progress=console)
+        results = evaluate_tables(paths, names, seed=seed, progress=console)
+    except (measurement_error, ValueError, AlternativeUnavailable) as exc:
+        raise _fail(str(exc)) from None
+    return {"models": names, "seed": seed, "simulator": simulator, "tables": results}
+
+
+def _write(result: dict[str, Any], json_path: Path | None, markdown_path: Path | None, plot_path: Path | None) -> None:
+    for path in (json_path, markdown_path, plot_path):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    if json_path is not None:
+        json_path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    if markdown_path is not None:
+        markdown_path.write_text(markdown(result) + "\n")
+    if plot_path is not None:
+        plot(result, plot_path)
+    written = [str(p) for p in (json_path, markdown_path, plot_path) if p is not None]
+    console.print("written " + ", ".join(written) if written else "nothing written (give --json, --markdown, --plot)")

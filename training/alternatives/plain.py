@@ -1,0 +1,142 @@
+"""``lightgbm_plain``: LightGBM on five inputs, without the served model's machinery.
+
+The question a plain gradient-boosting model answers: given the job's own throughput on one
+hardware type, how fast is it on another? Its inputs are only
+
+- ``log_prior``: the job's own log per-accelerator throughput, on the candidate
+  (``prior_same_log``) when it ran there, else on its most-observed other hardware
+  (``prior_other_log``); NaN for a job never measured;
+- ``hardware``: the candidate (categorical);
+- ``prior_hw``: where ``log_prior`` was measured (the candidate itself for ``prior_same_log``;
+  categorical; ``none`` without a prior);
+- ``log_batch`` and ``log_accelerators``.
+
+No configuration beyond that, no specs, no lookup medians, no base model, no anchor chain, no
+trust calibration: what the served model adds over this is what its extra features and stages
+are worth. The public-table evaluation's pairwise LightGBM reads the same kind of inputs.
+
+Target: ``log(y) - log_prior`` where there is a prior, ``log(y)`` where there is none (the
+trees tell the two apart by the missing prior, which LightGBM routes on its own).
+
+Tuning (``leap fleet history --days 14 --attempts-per-day 2000 --seed 7``, last 3 nightly
+retrains, 30-day window, mean acc@10; never a reported run): the residual target 0.583 against
+0.439 for ``log(y)``; (leaves, trees, learning rate) (31, 300, 0.05) 0.583, (63, 500, 0.05)
+0.576, (15, 300, 0.05) 0.578, (31, 600, 0.03) 0.581. Predictions are never NaN.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Self
+
+import lightgbm as lgb
+import numpy as np
+
+from features.rows import Rows
+from predictor.models import BAND_QUANTILES, ThroughputModel
+
+FEATURES = ("log_prior", "hardware", "prior_hw", "log_batch", "log_accelerators")
+CATEGORIES = ("hardware", "prior_hw")
+#: Held out for the band, as in the served model.
+CALIBRATION_SHARE = 0.1
+
+
+def plain_inputs(rows: Rows) -> dict[str, np.ndarray]:
+    """The five inputs of :data:`FEATURES` (categoricals as strings)."""
+    same = np.asarray(rows["prior_same_log"], dtype=np.float64)
+    has_same = np.isfinite(same)
+    return {
+        "log_prior": np.where(has_same, same, np.asarray(rows["prior_other_log"], dtype=np.float64)),
+        "hardware": rows["hardware"].astype(str),
+        "prior_hw": np.where(has_same, rows["hardware"].astype(str), rows["prior_hw"].astype(str)),
+        "log_batch": np.asarray(rows["log_batch"], dtype=np.float64),
+        "log_accelerators": np.asarray(rows["log_accelerators"], dtype=np.float64),
+    }
+
+
+class PlainLightGBM(ThroughputModel):
+    """Gradient-boosted trees on :data:`FEATURES` only.
+
+    Parameters
+    ----------
+    num_leaves, n_estimators, learning_rate, min_child_samples
+        LightGBM's own; ``min_child_samples`` shrinks on small training sets (public tables).
+    target
+        ``residual`` (``log(y) - log_prior`` where there is a prior) or ``log``.
+    num_threads
+        Threads for fitting and predicting.
+    seed
+        Makes training deterministic.
+    """
+
+    kind: ClassVar[str] = "lightgbm_plain"
+
+    def __init__(self, num_leaves: int = 31, n_estimators: int = 300, learning_rate: float = 0.05,
+                 min_child_samples: int = 20, target: str = "residual", num_threads: int = 2, seed: int = 0) -> None:
+        super().__init__()
+        self.num_leaves = num_leaves
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.min_child_samples = min_child_samples
+        self.target = target
+        self.num_threads = num_threads
+        self.seed = seed
+        self.booster_: lgb.Booster | None = None
+        self.vocab_: dict[str, dict[str, int]] = {}
+
+    def get_params(self) -> dict[str, Any]:
+        return {"num_leaves": self.num_leaves, "n_estimators": self.n_estimators,
+                "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
+                "target": self.target, "num_threads": self.num_threads, "seed": self.seed}
+
+    def _matrix(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+        """The feature matrix (categories as codes, NaN if unseen) and each row's offset."""
+        inputs = plain_inputs(rows)
+        cols = []
+        for name in FEATURES:
+            if name in CATEGORIES:
+                codes = self.vocab_[name]
+                distinct, inverse = np.unique(inputs[name], return_inverse=True)
+                cols.append(np.array([codes.get(v, np.nan) for v in distinct], dtype=np.float64)[inverse.ravel()])
+            else:
+                cols.append(inputs[name])
+        prior = inputs["log_prior"]
+        offset = np.where(np.isfinite(prior), prior, 0.0) if self.target == "residual" else np.zeros(len(prior))
+        return np.column_stack(cols) if cols[0].size else np.zeros((0, len(FEATURES))), offset
+
+    def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None = None) -> Self:
+        """Fit on rows and their per-accelerator throughput; ``groups`` is unused."""
+        if self.target not in ("residual", "log"):
+            raise ValueError(f"target must be 'residual' or 'log', got {self.target!r}")
+        y = np.asarray(y, dtype=np.float64)
+        if len(y) == 0:
+            raise ValueError(f"{self.kind}: no training rows")
+        inputs = plain_inputs(rows)
+        self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(inputs[c].tolist())))} for c in CATEGORIES}
+        calibrate = np.random.default_rng(self.seed).random(len(y)) < CALIBRATION_SHARE
+        if calibrate.sum() < 30:
+            calibrate[:] = False  # too few rows to hold any out: band from the training rows
+        x, offset = self._matrix(rows)
+        fit = ~calibrate
+        # Public tables have a few hundred rows: leaves of 20 would leave few splits to make.
+        min_child = max(2, min(self.min_child_samples, int(fit.sum()) // 50))
+        params = {
+            "objective": "regression", "num_leaves": self.num_leaves, "learning_rate": self.learning_rate,
+            "min_child_samples": min_child, "min_data_per_group": min_child, "cat_smooth": 1.0,
+            "max_cat_to_onehot": 8, "lambda_l2": 1.0, "num_threads": self.num_threads, "seed": self.seed,
+            "deterministic": True, "force_col_wise": True, "verbose": -1,
+        }
+        data = lgb.Dataset(x[fit], label=np.log(y[fit]) - offset[fit], feature_name=list(FEATURES),
+                           categorical_feature=list(CATEGORIES))
+        self.booster_ = lgb.train(params, data, num_boost_round=self.n_estimators)
+        held = calibrate if calibrate.any() else fit
+        residual = np.log(y[held]) - self._predict_log({c: v[held] for c, v in rows.items()})
+        self.band_ = (float(np.quantile(residual, BAND_QUANTILES[0])), float(np.quantile(residual, BAND_QUANTILES[1])))
+        return self
+
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        if self.booster_ is None:
+            raise RuntimeError(f"{self.kind}: model is not fitted")
+        if len(rows["hardware"]) == 0:
+            return np.zeros(0)
+        x, offset = self._matrix(rows)
+        return np.asarray(self.booster_.predict(x, num_threads=self.num_threads), dtype=np.float64) + offset
