@@ -331,7 +331,7 @@ def regret(pred: ArrayLike, true: ArrayLike, price: ArrayLike | None = None) -> 
 TRUST_GRID: tuple[float, ...] = tuple(k / 10 for k in range(11))
 
 
-def best_weight(base_log: ArrayLike, departure: ArrayLike, actual: ArrayLike) -> float:
+def best_weight(base_log: ArrayLike, departure: ArrayLike, actual: ArrayLike, margin: float = 0.0) -> float:
     """The weight ``w`` in :data:`TRUST_GRID` for which ``exp(base_log + w x departure)`` has
     the best acc@10 against ``actual``; the smallest such ``w`` on a tie.
 
@@ -347,6 +347,10 @@ def best_weight(base_log: ArrayLike, departure: ArrayLike, actual: ArrayLike) ->
         The model's correction to the anchor per row, in log space.
     actual
         Measured throughput per row, positive.
+    margin
+        In standard errors: a weight above 0 is kept only if its hits exceed those of 0 by more
+        than ``margin`` x the square root of the rows on which the two disagree (a sign test),
+        so that on few rows a correction must beat its anchor by more than chance.
 
     Returns
     -------
@@ -355,5 +359,17 @@ def best_weight(base_log: ArrayLike, departure: ArrayLike, actual: ArrayLike) ->
     """
     b, d, y = (np.asarray(x, dtype=np.float64)[:, None] for x in (base_log, departure, actual))
     # (rows x weights) predictions against a column of actuals: acc@10 hits per weight.
-    n_hits = hits(np.exp(b + d * np.array(TRUST_GRID)), y, 0.10).sum(axis=0)
-    return TRUST_GRID[int(np.flatnonzero(n_hits == n_hits.max())[0])]
+    hit = hits(np.exp(b + d * np.array(TRUST_GRID)), y, 0.10)
+    return TRUST_GRID[clear_winner(hit, reference=0, margin=margin)]
+
+
+def clear_winner(hit: npt.NDArray[np.bool_], reference: int, margin: float) -> int:
+    """The column of a ``(rows x options)`` hit matrix with the most hits (the first on a tie),
+    unless it beats column ``reference`` by no more than ``margin`` x sqrt(rows where they
+    disagree): then ``reference``."""
+    n_hits = hit.sum(axis=0)
+    best = int(np.flatnonzero(n_hits == n_hits.max())[0])
+    disagree = int(np.sum(hit[:, best] != hit[:, reference]))
+    if best != reference and n_hits[best] - n_hits[reference] <= margin * math.sqrt(disagree):
+        return reference
+    return best

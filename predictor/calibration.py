@@ -10,6 +10,10 @@ out of fold when the set is small, :func:`job_folds`), each by the accuracy it g
 - **trust**: how much of the main model's correction to apply per evidence level
   (:func:`core.accuracy.best_weight`);
 - **band**: split-conformal quantiles of the log residual per evidence level.
+
+A correction is trusted only when the held-out rows show it better than none by more than chance
+(:data:`MARGIN`): on a public table's few hundred rows, picking the best of eleven weights by raw
+hit counts mostly picks noise.
 """
 
 from __future__ import annotations
@@ -19,13 +23,18 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from core.accuracy import best_weight, hits
+from core.accuracy import best_weight
 from features.rows import Rows
 
 #: Evidence levels of a row: the job ran on this hardware before / only elsewhere / never.
 EVIDENCE = ("same", "other", "none")
 #: Values of ``k`` :func:`choose_blend` tries; ``inf`` keeps the base model's ratio alone.
 BLEND_GRID: tuple[float, ...] = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
+#: Standard errors by which a correction must beat none on held-out rows to be trusted
+#: (:func:`core.accuracy.clear_winner`).
+MARGIN = 1.0
+#: Log error at which :func:`choose_blend` stops counting (beyond it, a miss is a miss).
+BLEND_LOSS_CAP = 0.25
 #: Fewest held-out rows of an evidence level that decide its trust or band; fewer keep the defaults.
 MIN_ROWS = 30
 #: Quantiles of the uncertainty band.
@@ -54,15 +63,21 @@ def blend(base_transfer: np.ndarray, paired: np.ndarray, weight: np.ndarray, k: 
 
 
 def choose_blend(base_transfer: np.ndarray, paired: np.ndarray, weight: np.ndarray, y: np.ndarray) -> float:
-    """The ``k`` of :data:`BLEND_GRID` whose blend has the best acc@10 on rows with both estimates
-    (the largest on a tie: the base model's ratio unless the pairs earn their share)."""
+    """The ``k`` of :data:`BLEND_GRID` whose blend is closest to the measured throughput on rows
+    with both estimates, by the mean log error capped at :data:`BLEND_LOSS_CAP`.
+
+    A capped error, not hit counts: it tells close from far within the 10% band too, so on a few
+    hundred rows it varies less between neighbouring ``k`` than acc@10 does, and an outlier
+    weighs no more than a plain miss. Neither estimate is preferred beforehand.
+    """
     both = np.isfinite(base_transfer) & np.isfinite(paired) & (y > 0)
     if both.sum() < MIN_ROWS:
-        return math.inf
-    scores = [hits(np.exp(blend(base_transfer[both], paired[both], weight[both], k)), y[both], 0.10).sum()
+        return 0.0
+    target = np.log(y[both])
+    losses = [float(np.mean(np.minimum(np.abs(blend(base_transfer[both], paired[both], weight[both], k) - target),
+                                       BLEND_LOSS_CAP)))
               for k in BLEND_GRID]
-    best = max(scores)
-    return max(k for k, s in zip(BLEND_GRID, scores, strict=True) if s == best)
+    return BLEND_GRID[int(np.argmin(losses))]
 
 
 def trust_by_evidence(anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray
@@ -72,7 +87,7 @@ def trust_by_evidence(anchor: np.ndarray, correction: np.ndarray, y: np.ndarray,
     for k, name in enumerate(EVIDENCE):
         sel = (level == k) & np.isfinite(anchor) & np.isfinite(correction) & (y > 0)
         if sel.sum() >= MIN_ROWS:
-            out[name] = best_weight(anchor[sel], correction[sel], y[sel])
+            out[name] = best_weight(anchor[sel], correction[sel], y[sel], margin=MARGIN)
     return out
 
 
@@ -102,6 +117,6 @@ def subset(rows: Rows, mask: np.ndarray) -> Rows:
     return {c: v[mask] for c, v in rows.items()}
 
 
-def restore(values: Mapping[str, float], names: tuple[str, ...] = EVIDENCE) -> np.ndarray:
-    """Per evidence level (in :data:`EVIDENCE` order) the value, 1 where none was chosen."""
-    return np.array([values.get(name, 1.0) for name in names])
+def restore(values: Mapping[str, float], names: tuple[str, ...] = EVIDENCE, default: float = 1.0) -> np.ndarray:
+    """Per evidence level (in :data:`EVIDENCE` order) the value, ``default`` where none was chosen."""
+    return np.array([values.get(name, default) for name in names])

@@ -38,6 +38,15 @@ import lightgbm as lgb
 import numpy as np
 
 from features.rows import CATEGORICAL, GROUPS, PAIR_COLUMNS, Rows, hardware_table, with_hardware
+from predictor.boosting import (
+    CATEGORY_SETTINGS,
+    FEW_ROWS_CATEGORY_SETTINGS,
+    HOLDOUT_FROM,
+    SMALL_ROWS,
+    SMALL_SIZE,
+    job_effects,
+    predict_distinct,
+)
 from predictor.calibration import (
     EVIDENCE,
     band_by_evidence,
@@ -53,7 +62,7 @@ from predictor.calibration import (
 from predictor.learned_roofline import LearnedRoofline, usable_rows
 from predictor.models import ThroughputModel, first_finite
 
-__all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidence_level", "job_effects"]
+__all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidence_level"]
 
 #: Anchor candidates in order of preference, each with the feature group it needs.
 ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
@@ -68,46 +77,11 @@ ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
 #: Columns the base model reads: the configuration and the candidate's own hardware.
 BASE_GROUPS = ("config", "hardware")
 DERIVED = ("base_log", "base_transfer_log", "base_ratio", "blended_transfer_log")
-#: From this many training rows on, a random tenth is held out to calibrate; below, all rows out of fold.
-HOLDOUT_FROM = 20_000
 HOLDOUT_SHARE = 0.1
 FOLDS = 5
-#: Below this many training rows the trees are small and many, learning slowly from few rows per
-#: leaf: the settings the old pairwise model used on the public tables' few hundred rows (fold
-#: seed 0 compared them with two other sizes, docs/measurements.md).
-SMALL_ROWS = 1000
-SMALL_SIZE: dict[str, float] = {"num_leaves": 15, "n_estimators": 400, "min_child_samples": 5, "learning_rate": 0.05}
-#: LightGBM's categorical settings (its defaults from :data:`HOLDOUT_FROM` rows on). Its own
-#: defaults (100 rows per category, smoothing 10) never split on a hardware type with a few dozen
-#: rows, which is every type of a public measurement table.
-CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 100, "cat_smooth": 10.0, "cat_l2": 10.0}
-FEW_ROWS_CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 5, "cat_smooth": 1.0, "cat_l2": 1.0}
 #: The base model's column from :class:`predictor.learned_roofline.LearnedRoofline`.
 LEARNED_ROOFLINE = "log_learned_roofline"
 TARGETS = ("residual", "log", "raw")
-
-
-def _predict_distinct(booster: lgb.Booster, x: np.ndarray, num_threads: int) -> np.ndarray:
-    """``booster.predict(x)``, evaluating each distinct row once.
-
-    Every candidate of a submission asks for the same configuration on the job's prior
-    hardware, so a serving batch holds each such row once per candidate.
-    """
-    rows = np.ascontiguousarray(x)
-    # Compare rows as raw bytes: NaNs (missing values) then match each other, unlike as floats.
-    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    if len(first) == len(keys):
-        return np.asarray(booster.predict(rows, num_threads=num_threads))
-    return np.asarray(booster.predict(rows[first], num_threads=num_threads))[inverse.ravel()]
-
-
-def job_effects(residual: np.ndarray, groups: np.ndarray, shrink: float = 1.0) -> np.ndarray:
-    """Each row's job effect: the mean residual of its job, shrunk towards 0 for jobs seen once."""
-    keys, inverse = np.unique(groups, return_inverse=True)
-    sums = np.bincount(inverse, weights=residual, minlength=len(keys))
-    counts = np.bincount(inverse, minlength=len(keys))
-    return np.asarray((sums / (counts + shrink))[inverse])
 
 
 class LightGBMThroughput(ThroughputModel):
@@ -170,6 +144,9 @@ class LightGBMThroughput(ThroughputModel):
         self.vocab_: dict[str, dict[str, int]] = {}
         self.band_by_evidence_: dict[str, tuple[float, float]] = {}
         self.trust_by_evidence_: dict[str, float] = {}
+        #: the same for rows of a model type the training data lacked (no entry: no correction)
+        self.trust_new_type_: dict[str, float] = {}
+        self.band_new_type_: dict[str, tuple[float, float]] = {}
         self.blend_k_: float = float("inf")
         self.size_: dict[str, float] = {}
         self.categories_: dict[str, float] = dict(CATEGORY_SETTINGS)
@@ -233,7 +210,7 @@ class LightGBMThroughput(ThroughputModel):
             base_prior = np.full(n, np.nan)
             if has_prior.any():
                 swapped = with_hardware(subset(rows, has_prior), self.hardware_specs_, prior_hw[has_prior])
-                base_prior[has_prior] = _predict_distinct(self.base_, self._base_matrix(swapped),
+                base_prior[has_prior] = predict_distinct(self.base_, self._base_matrix(swapped),
                                                           self.predict_threads)
         ratio = base - base_prior
         base_transfer = rows["prior_other_log"] + ratio
@@ -281,7 +258,11 @@ class LightGBMThroughput(ThroughputModel):
         return self
 
     def _fit_with_holdout(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
-        """Fit on a random nine tenths, calibrate on the rest."""
+        """Fit on nine tenths of the jobs, calibrate on the rest.
+
+        Model types the training data lacks are not calibrated here (a tenth of the jobs holds few
+        of them): they get no correction and the widest band of the known ones.
+        """
         held = (job_folds(groups, round(1 / HOLDOUT_SHARE), self.seed) == 0) if groups is not None \
             else np.random.default_rng(self.seed).random(len(y)) < HOLDOUT_SHARE
         fit_rows, fit_y = subset(rows, ~held), y[~held]
@@ -290,31 +271,57 @@ class LightGBMThroughput(ThroughputModel):
         self.blend_k_ = self._choose_blend([self._with_base(held_rows)], [held_y])
         self._fit_main(fit_rows, fit_y)
         anchor, correction = self._anchor_and_correction(held_rows)
-        self._calibrate(anchor, correction, held_y, evidence_level(held_rows))
+        self.trust_by_evidence_, self.band_, self.band_by_evidence_ = \
+            self._calibration(anchor, correction, held_y, evidence_level(held_rows))
+        widest = max(self.band_by_evidence_.values(), key=lambda b: b[1] - b[0])
+        self.trust_new_type_, self.band_new_type_ = {}, dict.fromkeys(EVIDENCE, widest)
 
     def _fit_out_of_fold(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
-        """Score every row with stages fitted on the other folds, calibrate on that, then fit on all."""
+        """Score every row with stages fitted on the other folds, calibrate on that, then fit on all.
+
+        Twice: with folds of jobs, for rows of a model type the training data has, and with folds
+        of model types, for rows of a type it lacks (a new workload): corrections learned from other
+        configurations of a workload need not hold for a workload never seen.
+        """
         keys = np.arange(len(y)) if groups is None else np.asarray(groups)
-        folds = job_folds(keys, FOLDS, self.seed)
-        parts: list[tuple[LightGBMThroughput, np.ndarray]] = []
-        for f in range(FOLDS):
+        parts = self._fold_bases(rows, y, groups, job_folds(keys, FOLDS, self.seed))
+        self.blend_k_ = self._choose_blend([m._with_base(subset(rows, held)) for m, held in parts],
+                                           [y[held] for _, held in parts])
+        known = self._fold_outcome(rows, y, parts)
+        types = np.asarray(rows["model_type"]).astype(str)
+        n_types = len(np.unique(types))
+        new = self._fold_outcome(rows, y, self._fold_bases(rows, y, groups, job_folds(types, min(FOLDS, n_types),
+                                                                                      self.seed))) \
+            if n_types >= 2 else None
+        self._fit_base(rows, y, groups)
+        self._fit_main(rows, y)
+        if known is not None:
+            self.trust_by_evidence_, self.band_, self.band_by_evidence_ = self._calibration(*known)
+        if new is not None:
+            self.trust_new_type_, _, self.band_new_type_ = self._calibration(*new)
+
+    def _fold_bases(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None, folds: np.ndarray
+                    ) -> list[tuple[LightGBMThroughput, np.ndarray]]:
+        """A sibling per fold with its base model fitted on the other folds, and the fold's mask."""
+        parts = []
+        for f in np.unique(folds):
             held = folds == f
             if held.any() and not held.all():
                 part = self._sibling()
-                part._fit_base(subset(rows, ~held), y[~held], None if groups is None else keys[~held])
+                part._fit_base(subset(rows, ~held), y[~held], None if groups is None else np.asarray(groups)[~held])
                 parts.append((part, held))
-        self.blend_k_ = self._choose_blend([m._with_base(subset(rows, held)) for m, held in parts],
-                                           [y[held] for _, held in parts])
+        return parts
+
+    def _fold_outcome(self, rows: Rows, y: np.ndarray, parts: list[tuple[LightGBMThroughput, np.ndarray]]
+                      ) -> tuple[np.ndarray, ...] | None:
+        """Each fold's main model fitted on the other folds; every row's anchor, correction, y, level."""
         outcome: list[tuple[np.ndarray, ...]] = []
         for part, held in parts:
             part.blend_k_ = self.blend_k_
             part._fit_main(subset(rows, ~held), y[~held])
             held_rows = subset(rows, held)
             outcome.append((*part._anchor_and_correction(held_rows), y[held], evidence_level(held_rows)))
-        self._fit_base(rows, y, groups)
-        self._fit_main(rows, y)
-        if outcome:
-            self._calibrate(*(np.concatenate(parts_) for parts_ in zip(*outcome, strict=True)))
+        return tuple(np.concatenate(p) for p in zip(*outcome, strict=True)) if outcome else None
 
     def _sibling(self) -> LightGBMThroughput:
         """An unfitted model with these parameters, vocabularies and tree sizes (for one fold)."""
@@ -398,13 +405,18 @@ class LightGBMThroughput(ThroughputModel):
         self.booster_ = lgb.train(self._params(int(self.size_["min_child_samples"])), data,
                                   num_boost_round=int(self.size_["n_estimators"]))
 
-    def _calibrate(self, anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray) -> None:
-        """Trust per evidence level, then the band of the predictions that trust gives."""
-        self.trust_by_evidence_ = trust_by_evidence(anchor, correction, y, level) if self.target == "residual" \
-            else {}
-        pred = self._from_target(correction * restore(self.trust_by_evidence_)[level], anchor)
-        self.band_, self.band_by_evidence_ = band_by_evidence(np.log(y) - np.where(np.isfinite(anchor), pred, np.nan),
-                                                              level)
+    def _calibration(self, anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray
+                     ) -> tuple[dict[str, float], tuple[float, float], dict[str, tuple[float, float]]]:
+        """Trust per evidence level, then the band (overall, per level) of the predictions that trust gives."""
+        trust = trust_by_evidence(anchor, correction, y, level) if self.target == "residual" else {}
+        pred = self._from_target(correction * restore(trust)[level], anchor)
+        overall, by_level = band_by_evidence(np.log(y) - np.where(np.isfinite(anchor), pred, np.nan), level)
+        return trust, overall, by_level
+
+    def _is_new_type(self, rows: Rows) -> np.ndarray:
+        """Rows of a model type the training data lacked."""
+        known = self.vocab_.get("model_type", {})
+        return np.array([m not in known for m in rows["model_type"].astype(str)], dtype=bool)
 
     def _anchor_and_correction(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
         """The anchor and the main model's raw output (its correction, for the residual target)."""
@@ -416,17 +428,20 @@ class LightGBMThroughput(ThroughputModel):
 
     def _predict_log(self, rows: Rows) -> np.ndarray:
         anchor, raw = self._anchor_and_correction(rows)
-        if self.trust_by_evidence_:
-            raw = raw * restore(self.trust_by_evidence_)[evidence_level(rows)]
+        if self.target == "residual":
+            level, new = evidence_level(rows), self._is_new_type(rows)
+            raw = raw * np.where(new, restore(self.trust_new_type_, default=0.0)[level],
+                                 restore(self.trust_by_evidence_)[level])
         out = self._from_target(raw, anchor)
         return np.where(np.isfinite(anchor), out, np.nan)
 
     def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
         if rows is None or not self.band_by_evidence_:
             return super().predict_band(pred)
-        level = evidence_level(rows)
-        lo = np.array([self.band_by_evidence_[EVIDENCE[k]][0] for k in level])
-        hi = np.array([self.band_by_evidence_[EVIDENCE[k]][1] for k in level])
+        level, new = evidence_level(rows), self._is_new_type(rows)
+        bands = [(self.band_new_type_ or self.band_by_evidence_) if n else self.band_by_evidence_ for n in new]
+        lo = np.array([b[EVIDENCE[k]][0] for b, k in zip(bands, level, strict=True)])
+        hi = np.array([b[EVIDENCE[k]][1] for b, k in zip(bands, level, strict=True)])
         return pred * np.exp(lo), pred * np.exp(hi)
 
     # ------------------------------------------------------------------ persistence (no pickle)
@@ -435,7 +450,9 @@ class LightGBMThroughput(ThroughputModel):
         return {
             **super().state(), "params": self.get_params(), "features": self.features_, "vocab": self.vocab_,
             "band_by_evidence": {k: list(v) for k, v in self.band_by_evidence_.items()},
-            "trust_by_evidence": dict(self.trust_by_evidence_), "size": self.size_, "categories": self.categories_,
+            "trust_by_evidence": dict(self.trust_by_evidence_), "size": self.size_,
+            "trust_new_type": dict(self.trust_new_type_),
+            "band_new_type": {k: list(v) for k, v in self.band_new_type_.items()}, "categories": self.categories_,
             # JSON has no infinity: None means the base model's ratio alone
             "blend_k": self.blend_k_ if np.isfinite(self.blend_k_) else None,
             "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
@@ -462,6 +479,8 @@ class LightGBMThroughput(ThroughputModel):
         model.band_by_evidence_ = {k: (float(v[0]), float(v[1])) for k, v in state["band_by_evidence"].items()}
         model.trust_by_evidence_ = {k: float(v) for k, v in state.get("trust_by_evidence", {}).items()}
         model.blend_k_ = float(state["blend_k"]) if state.get("blend_k") is not None else float("inf")
+        model.trust_new_type_ = {k: float(v) for k, v in state.get("trust_new_type", {}).items()}
+        model.band_new_type_ = {k: (float(v[0]), float(v[1])) for k, v in state.get("band_new_type", {}).items()}
         model.size_ = dict(state.get("size", {})) or \
             {name: getattr(model, name) for name in SMALL_SIZE}
         model.categories_ = dict(state.get("categories", CATEGORY_SETTINGS))

@@ -35,7 +35,10 @@ def test_shape(result: dict[str, Any]) -> None:
     assert result["days"] == 2 and len(result["per_day"]) == 2
     assert list(result["mean"]) == list(METHODS)
     for name in METHODS:
-        assert set(result["mean"][name]) == {"acc@10", "acc@20", "mape", "top1", "regret"}
+        extra = {"band_coverage"} if name == "lightgbm" else set()
+        assert set(result["mean"][name]) == {"acc@10", "acc@20", "mape", "top1", "regret"} | extra
+    low, high = result["band_coverage_range"]
+    assert 0.0 < low <= high <= 1.0 and result["mean"]["lightgbm"]["band_coverage"] > 0.5
     for values in result["mean"].values():
         assert all(math.isfinite(v) for v in values.values())
     # Extra cost of a pick is bounded by the worst candidate: lookup and transfer, which have
@@ -62,6 +65,7 @@ def test_references_bound_the_models(result: dict[str, Any]) -> None:
 
 
 def test_ceiling_rules() -> None:
+    """The ceiling knows the law and of the job only its measurements, relative to the law there."""
     rows = {
         "prior_same_n": np.array([2.0, 0.0, 0.0, 0.0]),
         "prior_same_log": np.array([math.log(7.0), np.nan, np.nan, np.nan]),
@@ -70,19 +74,20 @@ def test_ceiling_rules() -> None:
         "prior_hw": np.array(["A100-80GB", "A100-80GB", "none", "none"], dtype=object),
         "hardware": np.array(["H100-SXM"] * 4, dtype=object),
     }
-    h100 = [(f"a{i}", "H100-SXM") for i in range(4)]
-    law = dict(zip(h100, [40.0, 60.0, 80.0, 40.0], strict=True))
-    factor = dict(zip(h100, [0.5, 2.0, 2.0, 0.5], strict=True))
+    law = {("a0", "H100-SXM"): 40.0, ("a1", "H100-SXM"): 60.0, ("a2", "H100-SXM"): 80.0, ("a3", "H100-SXM"): 40.0,
+           # the earlier attempts where the priors were measured, at their own configurations
+           ("e0", "H100-SXM"): 20.0, ("e1", "A100-80GB"): 16.0}
     cap = {("a3", "H100-SXM"): 30.0}  # a3 runs at its input cap
-    # the job's own factor on each part: j1 never ran on H100, so its factor there stays unknown
-    job_hardware = {("j0", "H100-SXM"): 1.5, ("j1", "H100-SXM"): 0.5, ("j1", "A100-80GB"): 1.2}
-    tables = OracleTables(throughput={}, law=law, factor=factor, cap=cap, job_hardware=job_hardware,
-                          job_of={f"a{i}": f"j{i}" for i in range(4)})
+    finished = {"j0": [(5.0, "e0", "H100-SXM", 2)], "j1": [(5.0, "e1", "A100-80GB", 4), (50.0, "late", "A100-80GB", 4)]}
+    tables = OracleTables(throughput={}, law=law, cap=cap, finished=finished,
+                          submitted={f"a{i}": (f"j{i}", 10.0) for i in range(4)},
+                          accelerators={"e0": 2, "e1": 4, "late": 4})
     attempts = np.array([f"a{i}" for i in range(4)], dtype=object)
     pred = ceiling_predictions(rows, attempts, np.full(4, 4.0), tables)
-    # ran here: law x factor x own factor here (40 x 0.5 x 1.5 / 4); only elsewhere: the factor
-    # measured there (60 x 2 x 1.2 / 4); no history: the law (80 / 4); the cap (30 / 4)
-    assert pred.tolist() == pytest.approx([7.5, 36.0, 20.0, 7.5])
+    # ran here: 7 measured per accelerator against a law of 20 / 2 there, so 0.7 x 40 / 4; only
+    # elsewhere: 2 against 16 / 4 (the attempt after the submission is not known yet), so
+    # 0.5 x 60 / 4; no history: the law (80 / 4); the cap (30 / 4)
+    assert pred.tolist() == pytest.approx([7.0, 7.5, 20.0, 7.5])
 
 
 def test_plot_report(result: dict[str, Any], tmp_path: Path) -> None:
@@ -97,7 +102,7 @@ def test_cli_writes_json_and_prints_tables(history: Path, tmp_path: Path) -> Non
     assert res.exit_code == 0, res.output
     doc = orjson.loads(out.read_bytes())
     assert doc["days"] == 1 and set(doc["mean"]) == set(METHODS)
-    assert "ceiling" in res.output and "no history" in res.output
+    assert "ceiling" in res.output and "history" in res.output
 
 
 def test_cli_refuses_a_history_too_short(history: Path, tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from core.accuracy import TRUST_GRID, summary
 from core.hardware import load_catalogue
-from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput, _predict_distinct
+from predictor.boosting import predict_distinct
+from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput
 from predictor.models import LookupTable, PriorTransfer
 from predictor.registry import Registry, RegistryError
 from training.dataset import Examples, build_examples, read_history
@@ -120,7 +121,7 @@ def test_distinct_rows_are_predicted_once_with_the_same_result(trained: tuple[Li
     x[::7, 4] = np.nan  # missing values must still match their duplicates
     repeated = np.concatenate([x, x[::-1], x[:5]])
     np.testing.assert_array_equal(
-        _predict_distinct(model.base_, repeated, 1), model.base_.predict(repeated, num_threads=1)
+        predict_distinct(model.base_, repeated, 1), model.base_.predict(repeated, num_threads=1)
     )
 
 

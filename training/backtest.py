@@ -14,10 +14,10 @@ history has the simulator's oracle table, two references that no model can beat:
 * ``ceiling``: the best a predictor can do *at submission time*: it knows the simulator's law
   exactly (every hardware type's noise-free throughput at the configuration the submission
   shows, the model type's effect on each architecture and the input caps included) and of the
-  job only what its history shows: its own effect (speed factor times job-by-hardware factor)
-  on each hardware type it ran on, without run-to-run noise. Ran on this hardware: the law
-  times that effect; only elsewhere: the law times the effect there (the job-by-hardware factor
-  of a part it never ran on is unknown: 1); no history: the law (effect 1).
+  job only what its history shows: the throughput it measured (noise and all) on this hardware,
+  else on its most observed other hardware, relative to the law at the configuration it was
+  measured at. That measured effect times the law here is the ceiling (the job-by-hardware
+  factor of a part the job never ran on is unknown to it); no history: the law.
 
 Top-1 and regret use a sample of attempts with every candidate's rows.
 """
@@ -25,11 +25,12 @@ Top-1 and regret use a sample of attempts with every candidate's rows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
 from core.accuracy import regret, summary, top1
 from core.hardware import Catalogue, load_catalogue
@@ -59,30 +60,31 @@ def ceiling_predictions(rows: Rows, attempt_id: np.ndarray, num_accelerators: np
                         tables: OracleTables) -> np.ndarray:
     """Per-accelerator predictions of the submission-time ceiling (see the module docstring).
 
-    Which hardware the job's history covers at submission time is what the rows say
-    (``prior_same_n``, ``prior_other_n`` and ``prior_hw``); the effect there, the law and the
-    cap come from the simulator's oracle table (``tables``).
+    The job's history is what the rows say it is (``prior_same_*`` on this hardware, else
+    ``prior_other_*`` on ``prior_hw``): a measured throughput, whose ratio to the law at the
+    configuration it was measured at (the job's latest earlier attempt there) is the job's effect as
+    measured. The law at this attempt's configuration times that effect, under the input cap, is
+    the ceiling; without history the effect is 1.
     """
-    def look(table: dict[tuple[str, str], float], keys: np.ndarray, hardware: np.ndarray) -> np.ndarray:
-        return np.array([np.nan if (v := table.get((k, h))) is None else v
-                         for k, h in zip(keys, hardware, strict=True)], dtype=np.float64)
-
-    jobs = np.array([tables.job_of.get(a, "") for a in attempt_id], dtype=object)
-    law, cap = look(tables.law, attempt_id, rows["hardware"]), look(tables.cap, attempt_id, rows["hardware"])
-    factor = look(tables.factor, attempt_id, rows["hardware"])
-    here = factor * look(tables.job_hardware, jobs, rows["hardware"])
-    there = factor * look(tables.job_hardware, jobs, rows["prior_hw"])
-    effect = np.where(rows["prior_same_n"] > 0, here, np.where(rows["prior_other_n"] > 0, there, 1.0))
+    law = tables.look(tables.law, attempt_id, rows["hardware"])
+    cap = tables.look(tables.cap, attempt_id, rows["hardware"])
+    same = rows["prior_same_n"] > 0
+    where = np.where(same, rows["hardware"], rows["prior_hw"])
+    measured = np.exp(np.where(same, rows["prior_same_log"], rows["prior_other_log"]))
+    earlier = np.array([tables.earlier_attempt(a, h) for a, h in zip(attempt_id, where, strict=True)], dtype=object)
+    law_there = tables.look(tables.law, earlier, where) / tables.look_accelerators(earlier)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        effect = np.where(same | (rows["prior_other_n"] > 0), measured / law_there, 1.0)
     # The oracle is min(law x effect, cap); a NaN cap (none) leaves the product as it is.
     return np.asarray(np.fmin(law * effect, cap) / num_accelerators, dtype=np.float64)
 
 
-#: What :func:`_pick_metrics` scores: a model, the truth itself (``None``), or a function of the
+#: What :func:`pick_metrics` scores: a model, the truth itself (``None``), or a function of the
 #: attempt and its candidates' rows (the ceiling, which needs the attempt's oracle entries).
 Picker = ThroughputModel | None | Callable[[Submission, Rows], np.ndarray]
 
 
-def _pick_metrics(models: dict[str, Picker], ex: Examples, oracle: dict[tuple[str, str], float],
+def pick_metrics(models: dict[str, Picker], ex: Examples, oracle: dict[tuple[str, str], float],
                   catalogue: Catalogue) -> dict[str, dict[str, float]]:
     """Top-1 and regret on the sampled attempts that have every candidate's row and oracle."""
     names = catalogue.names()
@@ -120,53 +122,79 @@ def _pick_metrics(models: dict[str, Picker], ex: Examples, oracle: dict[tuple[st
 
 @dataclass(frozen=True)
 class OracleTables:
-    """The simulator's oracle table as ``(attempt_id, hardware) -> value`` maps (empty without one).
+    """The simulator's oracle table as ``(attempt_id, hardware) -> value`` maps (empty without one),
+    and the finished attempts of each job.
 
     Attributes
     ----------
     throughput
-        Whole-job noise-free throughput: ``min(law x factor x job-by-hardware factor, cap)``.
+        Whole-job noise-free throughput: ``min(law x the job's own effects, cap)``.
     law
         The law's whole-job throughput at the attempt's configuration (the model type's effect on
         the architecture included, the job's own effects not).
-    factor
-        The job's own speed factor.
     cap
         The job's input cap (NaN: none).
-    job_hardware
-        ``(job_key, hardware) -> `` the job's own factor on that hardware.
-    job_of
-        ``attempt_id -> job_key``.
+    finished
+        ``job_key -> [(finish time, attempt_id, hardware, accelerators)]`` of measured attempts,
+        oldest first; ``submitted``: ``attempt_id -> (job_key, submission time)``;
+        ``accelerators``: ``attempt_id -> accelerators`` of the measured attempts.
     """
 
     throughput: dict[tuple[str, str], float]
     law: dict[tuple[str, str], float]
-    factor: dict[tuple[str, str], float]
     cap: dict[tuple[str, str], float]
-    job_hardware: dict[tuple[str, str], float]
-    job_of: dict[str, str]
+    finished: dict[str, list[tuple[float, str, str, int]]] = field(default_factory=dict)
+    submitted: dict[str, tuple[str, float]] = field(default_factory=dict)
+    accelerators: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def read(cls, history: History) -> OracleTables:
         """The history's oracle columns; all empty for a history without an oracle table.
 
         A table of a simulator without job-by-hardware effects (no ``law_throughput`` column) reads
-        as law = throughput / factor and job-by-hardware factors of 1.
+        as law = throughput / job factor.
         """
-        o = history.oracle
-        if o is None:
-            return cls({}, {}, {}, {}, {}, {})
-        throughput, factor = _oracle_map(history), _oracle_map(history, "job_factor")
-        job_of = dict(zip(o.column("attempt_id").to_pylist(), o.column("job_key").to_pylist(), strict=True))
-        if "law_throughput" in o.column_names:
+        if history.oracle is None:
+            return cls({}, {}, {})
+        throughput = _oracle_map(history)
+        if "law_throughput" in history.oracle.column_names:
             law = _oracle_map(history, "law_throughput")
-            per_job = o.column("job_hardware_factor").to_pylist()
         else:
+            factor = _oracle_map(history, "job_factor")
             law = {k: v / factor[k] for k, v in throughput.items()}
-            per_job = [1.0] * o.num_rows
-        keys = zip(o.column("job_key").to_pylist(), o.column("hardware").to_pylist(), strict=True)
-        return cls(throughput, law, factor, _oracle_map(history, "input_cap"),
-                   dict(zip(keys, per_job, strict=True)), job_of)
+        finished: dict[str, list[tuple[float, str, str, int]]] = {}
+        f = history.finishes.filter(pc.is_valid(history.finishes.column("throughput")))
+        for row in f.select(["job_key", "event_time", "attempt_id", "hardware", "num_accelerators"]).to_pylist():
+            finished.setdefault(row["job_key"], []).append(
+                (row["event_time"], row["attempt_id"], row["hardware"], row["num_accelerators"]))
+        for attempts in finished.values():
+            attempts.sort()
+        s = history.submissions.select(["attempt_id", "job_key", "event_time"]).to_pylist()
+        return cls(throughput, law, _oracle_map(history, "input_cap"), finished,
+                   {r["attempt_id"]: (r["job_key"], r["event_time"]) for r in s},
+                   {a: n for runs in finished.values() for _, a, _, n in runs})
+
+    @staticmethod
+    def look(table: dict[tuple[str, str], float], keys: np.ndarray, hardware: np.ndarray) -> np.ndarray:
+        """``table[(key, hardware)]`` per row, NaN where absent."""
+        return np.array([np.nan if (v := table.get((k, h))) is None else v
+                         for k, h in zip(keys, hardware, strict=True)], dtype=np.float64)
+
+    def earlier_attempt(self, attempt_id: str, hardware: str) -> str | None:
+        """The job's latest attempt on ``hardware`` that finished before ``attempt_id`` was submitted."""
+        job, at = self.submitted.get(attempt_id, ("", 0.0))
+        found = None
+        for finished, earlier, hw, _ in self.finished.get(job, []):
+            if finished >= at:
+                break
+            if hw == hardware:
+                found = earlier
+        return found
+
+    def look_accelerators(self, attempts: np.ndarray) -> np.ndarray:
+        """Accelerators of each attempt (NaN for None)."""
+        return np.array([self.accelerators.get(a, np.nan) if a is not None else np.nan for a in attempts],
+                        dtype=np.float64)
 
     def per_accelerator(self, test: Examples) -> np.ndarray:
         """The oracle's per-accelerator throughput of each test example (NaN where it has none)."""
@@ -283,8 +311,8 @@ def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any
         preds["ceiling"] = oracle.ceiling(test.rows, test.attempt_id, test.num_accelerators)
         models["ceiling"] = oracle.ceiling_picker
         row["ceiling"] = summary(preds["ceiling"], test.y)
-    row["by_evidence"] = _by_evidence(test, preds)
-    for name, picks in _pick_metrics(models, test, oracle.throughput, catalogue).items():
+    row["by_evidence"] = by_evidence(test, preds)
+    for name, picks in pick_metrics(models, test, oracle.throughput, catalogue).items():
         row[name].update(picks)
     return row
 
@@ -303,7 +331,7 @@ def _record_errors(errors: dict[str, list[Any]], test: Examples, pred: np.ndarra
     errors["actual"].extend(test.y.tolist())
 
 
-def _by_evidence(test: Examples, preds: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+def by_evidence(test: Examples, preds: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
     """Per evidence level: its share of the day's attempts and each method's acc@10 on them."""
     level = evidence_level(test.rows)
     return {
@@ -319,7 +347,7 @@ def _summarise(per_day: list[dict[str, Any]], errors: dict[str, list[Any]], wind
     names = [n for n in METHODS if n in per_day[0]]
     mean = {n: {m: float(np.nanmean([r[n][m] for r in per_day])) for m in METRICS if m in per_day[0][n]}
             for n in names}
-    by_evidence = {
+    evidence = {
         level: {key: float(np.nanmean([r["by_evidence"][level][key] for r in per_day]))
                 for key in per_day[0]["by_evidence"][level]}
         for level in EVIDENCE
@@ -327,7 +355,7 @@ def _summarise(per_day: list[dict[str, Any]], errors: dict[str, list[Any]], wind
     wins = {f"lightgbm_beats_{base}_days": sum(r["lightgbm"]["acc@10"] > r[base]["acc@10"] for r in per_day)
             for base in ("transfer", "transfer_paired", "lookup")}
     coverage = [r["lightgbm"]["band_coverage"] for r in per_day]
-    return {"days": len(per_day), "window_days": window_days, "mean": mean, "by_evidence": by_evidence,
+    return {"days": len(per_day), "window_days": window_days, "mean": mean, "by_evidence": evidence,
             "per_day": per_day, **wins,
             "band_coverage_range": [float(np.min(coverage)), float(np.max(coverage))], "data_hash": data_hash,
             "lightgbm_by_hardware": _breakdown(errors, "hardware"), "lightgbm_by_family": _breakdown(errors, "family"),

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core.hardware import Catalogue, load_catalogue
-from predictor.lgbm import SMALL_ROWS, SMALL_SIZE
+from predictor.boosting import SMALL_ROWS, SMALL_SIZE
 from training.measurements.estimators import (
     DEFAULT_MODELS,
     ModelFactory,

@@ -1,0 +1,47 @@
+"""LightGBM settings and helpers of the served model (:mod:`predictor.lgbm`).
+
+How big the trees are and how categories split depend on how many rows there are to learn from;
+a serving batch evaluates each distinct row once; the base model learns from targets with each
+job's own speed removed.
+"""
+
+from __future__ import annotations
+
+import lightgbm as lgb
+import numpy as np
+
+#: From this many training rows on, a random tenth is held out to calibrate; below, all rows out of fold.
+HOLDOUT_FROM = 20_000
+#: Below this many training rows the trees are small and many, learning slowly from few rows per
+#: leaf: the settings the old pairwise model used on the public tables' few hundred rows (fold
+#: seed 0 compared them with two other sizes, docs/measurements.md).
+SMALL_ROWS = 1000
+SMALL_SIZE: dict[str, float] = {"num_leaves": 15, "n_estimators": 400, "min_child_samples": 5, "learning_rate": 0.05}
+#: LightGBM's categorical settings (its defaults from :data:`HOLDOUT_FROM` rows on). Its own
+#: defaults (100 rows per category, smoothing 10) never split on a hardware type with a few dozen
+#: rows, which is every type of a public measurement table.
+CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 100, "cat_smooth": 10.0, "cat_l2": 10.0}
+FEW_ROWS_CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 5, "cat_smooth": 1.0, "cat_l2": 1.0}
+
+
+def predict_distinct(booster: lgb.Booster, x: np.ndarray, num_threads: int) -> np.ndarray:
+    """``booster.predict(x)``, evaluating each distinct row once.
+
+    Every candidate of a submission asks for the same configuration on the job's prior
+    hardware, so a serving batch holds each such row once per candidate.
+    """
+    rows = np.ascontiguousarray(x)
+    # Compare rows as raw bytes: NaNs (missing values) then match each other, unlike as floats.
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if len(first) == len(keys):
+        return np.asarray(booster.predict(rows, num_threads=num_threads))
+    return np.asarray(booster.predict(rows[first], num_threads=num_threads))[inverse.ravel()]
+
+
+def job_effects(residual: np.ndarray, groups: np.ndarray, shrink: float = 1.0) -> np.ndarray:
+    """Each row's job effect: the mean residual of its job, shrunk towards 0 for jobs seen once."""
+    keys, inverse = np.unique(groups, return_inverse=True)
+    sums = np.bincount(inverse, weights=residual, minlength=len(keys))
+    counts = np.bincount(inverse, minlength=len(keys))
+    return np.asarray((sums / (counts + shrink))[inverse])
