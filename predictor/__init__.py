@@ -1,4 +1,2 @@
 """The serving path: models behind one interface, ranking, the ranking service, the predictor
 agent, the model registry and hot reload."""
-
-import core  # noqa: F401  (sets the OpenMP wait policy before LightGBM loads)

@@ -18,16 +18,14 @@ configurations, log throughput moves nearly linearly with log batch, log FLOPs a
 terms, which piecewise-constant leaves approximate in steps.
 
 Some of it is chosen on rows the stages were not fitted on (:mod:`predictor.calibration`): the
-paired ratio's share in the blend, and per evidence level (own history on this hardware /
-elsewhere only / none) the **trust** in the main model's correction (``anchor + w x
-correction``; the main model learns its corrections against anchors the base model computed on
-its own training rows, where the base is more accurate than on new jobs, so they can overshoot)
-and the split-conformal **band**. From :data:`HOLDOUT_FROM` training rows on, a random tenth is
-held out for this and both stages are fitted on the rest; below, every row is scored out of fold
-(five folds by job) and the stages are then fitted on all rows, whose categories (a few dozen rows
-per hardware type) also get LightGBM's settings for few rows (:data:`FEW_ROWS_CATEGORY_SETTINGS`).
-Below :data:`SMALL_ROWS` rows the trees are also made smaller (:data:`SMALL_SIZE`), since 300
-trees of 63 leaves fit noise there.
+paired ratio's share in the blend, and per evidence level (own history here / elsewhere only /
+none) the **trust** in the main model's correction (``anchor + w x correction``: corrections
+learned against anchors the base model computed on its own training rows can overshoot) and the
+split-conformal **band**; all of it apart for model types the training data lacks. From
+:data:`HOLDOUT_FROM` training rows on, a tenth of the jobs is held out for this; below, every row
+is scored out of fold (by job, and by model type) and the stages are then fitted on all rows,
+with LightGBM's category settings for few rows and, below :data:`SMALL_ROWS`, small slow trees
+(:mod:`predictor.boosting`).
 """
 
 from __future__ import annotations
@@ -148,6 +146,9 @@ class LightGBMThroughput(ThroughputModel):
         self.trust_new_type_: dict[str, float] = {}
         self.band_new_type_: dict[str, tuple[float, float]] = {}
         self.blend_k_: float = float("inf")
+        #: the blend for rows of a model type the training data lacked (its pairs are other types')
+        self.blend_k_new_type_: float = float("inf")
+        self.model_types_: set[str] = set()
         self.size_: dict[str, float] = {}
         self.categories_: dict[str, float] = dict(CATEGORY_SETTINGS)
 
@@ -217,7 +218,9 @@ class LightGBMThroughput(ThroughputModel):
         blended = base_transfer
         if "paired" in self.feature_groups:
             paired, weight = paired_transfer(rows)
-            blended = blend(base_transfer, paired, weight, self.blend_k_)
+            new = self._is_new_type(rows)
+            blended = np.where(new, blend(base_transfer, paired, weight, self.blend_k_new_type_),
+                               blend(base_transfer, paired, weight, self.blend_k_))
         return {**rows, "base_log": base, "base_transfer_log": base_transfer, "base_ratio": ratio,
                 "blended_transfer_log": blended}
 
@@ -290,9 +293,13 @@ class LightGBMThroughput(ThroughputModel):
         known = self._fold_outcome(rows, y, parts)
         types = np.asarray(rows["model_type"]).astype(str)
         n_types = len(np.unique(types))
-        new = self._fold_outcome(rows, y, self._fold_bases(rows, y, groups, job_folds(types, min(FOLDS, n_types),
-                                                                                      self.seed))) \
-            if n_types >= 2 else None
+        new = None
+        if n_types >= 2:
+            by_type = self._fold_bases(rows, y, groups, job_folds(types, min(FOLDS, n_types), self.seed))
+            # Each fold's own model types are new to its sibling, so its rows blend as a new type's.
+            self.blend_k_new_type_ = self._choose_blend([m._with_base(subset(rows, held)) for m, held in by_type],
+                                                        [y[held] for _, held in by_type])
+            new = self._fold_outcome(rows, y, by_type)
         self._fit_base(rows, y, groups)
         self._fit_main(rows, y)
         if known is not None:
@@ -317,7 +324,7 @@ class LightGBMThroughput(ThroughputModel):
         """Each fold's main model fitted on the other folds; every row's anchor, correction, y, level."""
         outcome: list[tuple[np.ndarray, ...]] = []
         for part, held in parts:
-            part.blend_k_ = self.blend_k_
+            part.blend_k_, part.blend_k_new_type_ = self.blend_k_, self.blend_k_new_type_
             part._fit_main(subset(rows, ~held), y[~held])
             held_rows = subset(rows, held)
             outcome.append((*part._anchor_and_correction(held_rows), y[held], evidence_level(held_rows)))
@@ -347,16 +354,10 @@ class LightGBMThroughput(ThroughputModel):
             raise ValueError(f"unknown feature groups {sorted(unknown)}; known: {sorted(GROUPS)}")
 
     def _fit_base(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
-        """Fit the base model (and the learned roofline it reads) on log throughput.
-
-        Parameters
-        ----------
-        rows, y
-            The training rows and their throughput.
-        groups
-            Job key of each row, or None not to remove the jobs' own speed factors.
-        """
+        """Fit the base model (and the learned roofline it reads) on log throughput of ``rows``;
+        ``groups`` (job keys, or None) is used to remove each job's own speed factor."""
         self.base_ = self.roofline_ = None
+        self.model_types_ = set(rows["model_type"].astype(str).tolist())
         if not self._uses_base():
             return
         self.base_features_ = [c for g in BASE_GROUPS if g in self.feature_groups for c in GROUPS[g]
@@ -414,9 +415,8 @@ class LightGBMThroughput(ThroughputModel):
         return trust, overall, by_level
 
     def _is_new_type(self, rows: Rows) -> np.ndarray:
-        """Rows of a model type the training data lacked."""
-        known = self.vocab_.get("model_type", {})
-        return np.array([m not in known for m in rows["model_type"].astype(str)], dtype=bool)
+        """Rows of a model type the stages' training rows lacked (a fold's own types, for its sibling)."""
+        return np.array([m not in self.model_types_ for m in rows["model_type"].astype(str)], dtype=bool)
 
     def _anchor_and_correction(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
         """The anchor and the main model's raw output (its correction, for the residual target)."""
@@ -451,10 +451,11 @@ class LightGBMThroughput(ThroughputModel):
             **super().state(), "params": self.get_params(), "features": self.features_, "vocab": self.vocab_,
             "band_by_evidence": {k: list(v) for k, v in self.band_by_evidence_.items()},
             "trust_by_evidence": dict(self.trust_by_evidence_), "size": self.size_,
-            "trust_new_type": dict(self.trust_new_type_),
+            "trust_new_type": dict(self.trust_new_type_), "model_types": sorted(self.model_types_),
             "band_new_type": {k: list(v) for k, v in self.band_new_type_.items()}, "categories": self.categories_,
             # JSON has no infinity: None means the base model's ratio alone
             "blend_k": self.blend_k_ if np.isfinite(self.blend_k_) else None,
+            "blend_k_new_type": self.blend_k_new_type_ if np.isfinite(self.blend_k_new_type_) else None,
             "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
             "roofline": self.roofline_.state() if self.roofline_ is not None else None,
         }
@@ -479,7 +480,10 @@ class LightGBMThroughput(ThroughputModel):
         model.band_by_evidence_ = {k: (float(v[0]), float(v[1])) for k, v in state["band_by_evidence"].items()}
         model.trust_by_evidence_ = {k: float(v) for k, v in state.get("trust_by_evidence", {}).items()}
         model.blend_k_ = float(state["blend_k"]) if state.get("blend_k") is not None else float("inf")
+        model.blend_k_new_type_ = float(state["blend_k_new_type"]) if state.get("blend_k_new_type") is not None \
+            else float("inf")
         model.trust_new_type_ = {k: float(v) for k, v in state.get("trust_new_type", {}).items()}
+        model.model_types_ = set(state.get("model_types", model.vocab_.get("model_type", {})))
         model.band_new_type_ = {k: (float(v[0]), float(v[1])) for k, v in state.get("band_new_type", {}).items()}
         model.size_ = dict(state.get("size", {})) or \
             {name: getattr(model, name) for name in SMALL_SIZE}

@@ -104,14 +104,17 @@ def test_trust_scales_the_main_models_correction(trained: tuple[LightGBMThroughp
     assert set(model.trust_by_evidence_) <= set(EVIDENCE)
     assert all(w in TRUST_GRID for w in model.trust_by_evidence_.values())
     anchor, correction = model._anchor_and_correction(holdout.rows)
-    saved = dict(model.trust_by_evidence_)
+    saved = dict(model.trust_by_evidence_), dict(model.trust_new_type_)
     try:
-        model.trust_by_evidence_ = dict.fromkeys(EVIDENCE, 0.0)
-        np.testing.assert_allclose(np.log(model.predict(holdout.rows)), anchor)
-        model.trust_by_evidence_ = dict.fromkeys(EVIDENCE, 1.0)
-        np.testing.assert_allclose(np.log(model.predict(holdout.rows)), anchor + correction)
+        for w in (0.0, 1.0):  # model types the training rows lacked have trust of their own
+            model.trust_by_evidence_ = model.trust_new_type_ = dict.fromkeys(EVIDENCE, w)
+            np.testing.assert_allclose(np.log(model.predict(holdout.rows)), anchor + w * correction)
+        model.trust_by_evidence_, model.trust_new_type_ = saved[0], {}
+        new = model._is_new_type(holdout.rows)
+        # without evidence for them, new model types keep their anchor
+        np.testing.assert_allclose(np.log(model.predict(holdout.rows))[new], anchor[new])
     finally:
-        model.trust_by_evidence_ = saved
+        model.trust_by_evidence_, model.trust_new_type_ = saved
 
 
 def test_distinct_rows_are_predicted_once_with_the_same_result(trained: tuple[LightGBMThroughput, Examples]) -> None:

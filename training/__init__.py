@@ -1,4 +1,2 @@
 """Training and evaluation: datasets from the history archive, training and the nightly job,
 backtests, the drivers report and evaluation on public measurements."""
-
-import core  # noqa: F401  (sets the OpenMP wait policy before LightGBM loads)

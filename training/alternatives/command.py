@@ -72,6 +72,8 @@ def alternatives_cmd(
     tables: Annotated[str | None, typer.Option(
         help="Comma-separated measurement CSVs, or none (default: every table in data/measurements).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of every model, of the tables' folds and attempts' order.")] = 0,
+    pick_sample: Annotated[int, typer.Option(
+        min=1, help="Submissions a day ranked in full for top-1 and regret on the simulator.")] = 1500,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the full result as JSON here.")] = None,
     markdown_path: Annotated[Path | None, typer.Option("--markdown", help="Write the Markdown table here.")] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write the acc@10 chart (PNG) here.")] = None,
@@ -91,21 +93,24 @@ def alternatives_cmd(
         raise _fail("nothing to run: give --history for the simulator backtest, or tables to --tables")
     if plot_path is not None and plot_path.suffix.lower() != ".png":
         raise _fail(f"--plot writes a PNG: give a path ending in .png, not {plot_path.name!r}")
-    result = _run(history, names, paths, days, window_days, seed, MeasurementError)
+    result = _run(history, names, paths, (days, window_days, pick_sample), seed, MeasurementError)
     _print(result)
     _write(result, json_path, markdown_path, plot_path)
 
 
-def _run(history: Path | None, names: list[str], paths: list[Path], days: int, window_days: int, seed: int,
+def _run(history: Path | None, names: list[str], paths: list[Path], nights: tuple[int, int, int], seed: int,
          measurement_error: type[Exception]) -> dict[str, Any]:
-    """The simulator backtest, then the tables; a bad history or table ends the command."""
+    """The simulator backtest (``nights`` = days, window, pick sample), then the tables; a bad
+    history or table ends the command."""
+    days, window_days, pick_sample = nights
     from training.alternatives.simulated import backtest_alternatives
     from training.alternatives.tables import evaluate_tables
 
     factories = {n: ALTERNATIVES[n] for n in names}
     try:
         simulator = None if history is None else backtest_alternatives(
-            history, factories, days=days, window_days=window_days, seed=seed, progress=console)
+            history, factories, days=days, window_days=window_days, seed=seed, progress=console,
+            pick_sample=pick_sample)
         results = evaluate_tables(paths, names, seed=seed, progress=console)
     except (measurement_error, ValueError, AlternativeUnavailable) as exc:
         raise _fail(str(exc)) from None

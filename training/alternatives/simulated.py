@@ -99,6 +99,7 @@ def backtest_alternatives(
     catalogue: Catalogue | None = None,
     progress: Any = None,
     examples: tuple[History, Examples] | None = None,
+    pick_sample: int = 1500,
 ) -> dict[str, Any]:
     """Nightly retrains of every model over the last ``days`` days of a simulated history.
 
@@ -118,6 +119,9 @@ def backtest_alternatives(
         Anything with ``print`` (a rich console), for a line per model and night.
     examples
         ``(history, examples)`` already built (with candidate rows from the first test day on).
+    pick_sample
+        Submissions per day whose every candidate is predicted, for top-1 and regret (a language
+        model spends ~25 ms of CPU per candidate row, so large samples cost it hours).
 
     Returns
     -------
@@ -131,13 +135,7 @@ def backtest_alternatives(
         A history too short for ``days`` test days, or no night with training and test rows.
     """
     catalogue = catalogue or load_catalogue()
-    if examples is None:
-        history = read_history(history_dir)
-        first_test = checked_first_test_day(history, days)  # before the slow part: fail at once
-        ex = build_examples_with_progress(history, catalogue, progress, full_from=first_test)
-    else:
-        history, ex = examples
-        first_test = checked_first_test_day(history, days)
+    history, ex, first_test = _examples(history_dir, examples, days, catalogue, progress, pick_sample)
     oracle = OracleTables.read(history)
     per_day = []
     for d in range(days):
@@ -148,6 +146,17 @@ def backtest_alternatives(
         raise ValueError("no night had both training and test examples")
     return {"history": str(history_dir), "data_hash": history.digest, "days": len(per_day),
             "window_days": window_days, "seed": seed, "models": list(models), **_means(per_day, list(models))}
+
+
+def _examples(history_dir: Path, examples: tuple[History, Examples] | None, days: int, catalogue: Catalogue,
+              progress: Any, pick_sample: int) -> tuple[History, Examples, float]:
+    """The history, its examples (built unless given) and the first test day."""
+    if examples is not None:
+        return examples[0], examples[1], checked_first_test_day(examples[0], days)
+    history = read_history(history_dir)
+    first_test = checked_first_test_day(history, days)  # before the slow part: fail at once
+    ex = build_examples_with_progress(history, catalogue, progress, full_from=first_test, full_per_day=pick_sample)
+    return history, ex, first_test
 
 
 def _means(per_day: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
