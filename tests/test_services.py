@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
 from core.settings import LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, Settings
-from services import cli, docker, kafka, stack
+from services import cli, docker, kafka, redis_server, stack
 
 integration = pytest.mark.integration
 
@@ -187,6 +191,7 @@ def test_compose_file_follows_the_pinned_versions_and_ports() -> None:
     assert default is not None and default.group(1) == kafka.KAFKA_VERSION
     assert f'"127.0.0.1:{LOCAL_KAFKA_PORT}:' in compose
     assert f'"127.0.0.1:{LOCAL_REDIS_PORT}:' in compose
+    assert '"--appendonly", "yes", "--appendfsync", "everysec"' in compose  # as the local server
 
 
 def test_cluster_ids_never_look_like_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,3 +201,49 @@ def test_cluster_ids_never_look_like_an_option(monkeypatch: pytest.MonkeyPatch) 
     cluster_id = kafka._cluster_id()
     assert cluster_id == "AAAAAAAAAAAAAAAAAAAAAA"
     assert len(cluster_id) == 22
+
+
+def test_the_local_redis_keeps_writes_across_a_kill_9(tmp_path: Path) -> None:
+    """The generated configuration (AOF, fsync every second) on a throw-away server: a write
+    acknowledged more than a second before ``kill -9`` is there after the restart."""
+    binary = redis_server.redis_server_binary()
+    if binary is None:
+        pytest.skip("no redis-server binary")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for folder in ("data", "logs"):
+        (tmp_path / folder).mkdir()
+    conf = tmp_path / "redis.conf"
+    conf.write_text(redis_server.redis_conf(tmp_path, port))
+
+    def start() -> tuple[subprocess.Popen[bytes], redis.Redis]:
+        proc = subprocess.Popen([binary, str(conf)], cwd=tmp_path / "data",
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                return proc, client
+            except (redis.ConnectionError, redis.BusyLoadingError):
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    raise
+                time.sleep(0.05)
+
+    proc, client = start()
+    try:
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        assert client.config_get("appendfsync") == {"appendfsync": "everysec"}
+        client.hset("leap:job:{j}", mapping={"_starts": 3})
+        time.sleep(1.5)  # past one everysec fsync
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    proc, client = start()
+    try:
+        assert client.hget("leap:job:{j}", "_starts") == b"3"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
