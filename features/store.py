@@ -14,6 +14,9 @@ here parse them with its parsers.
 
 Throughput is stored per accelerator (samples/s divided by the attempt's accelerator count),
 so attempts of one job or model type at different scales inform each other.
+
+"One round trip" is per Redis node (:mod:`features.redis_batch`): on a Redis Cluster a batch
+costs one pipelined round trip on each node its keys live on.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from functools import cache
 from importlib import resources
 
 import redis
+from redis.cluster import RedisCluster
 
 from core.hardware import Catalogue, load_catalogue
 from core.settings import Settings
@@ -50,6 +54,7 @@ from features.pairs import (
     unpack_observations,
     wanted_pairs,
 )
+from features.redis_batch import Batch, Client, LuaScript
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams.events import JobFinish, JobStart, Submission
 
@@ -80,7 +85,7 @@ class FeatureStore:
     Parameters
     ----------
     client
-        A ``redis.Redis`` client (``decode_responses=False``).
+        A ``redis.Redis`` or ``redis.cluster.RedisCluster`` client (``decode_responses=False``).
     layout
         Key layout; its prefix isolates deployments and replays.
     canonicalize
@@ -90,17 +95,15 @@ class FeatureStore:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         layout: KeyLayout | None = None,
         canonicalize: Callable[[str], str] | None = None,
     ) -> None:
         self.client = client
         self.layout = layout or KeyLayout()
         self._hw = cache(canonicalize) if canonicalize else _same
-        self._finish = client.register_script(_lua("job_finish"))
-        self._start = client.register_script(_lua("job_start"))
-        self._lookup = client.register_script(_lua("lookup"))
-        self._pair = client.register_script(_lua("pair"))
+        self._finish, self._start, self._lookup, self._pair = (
+            LuaScript(name, _lua(name)) for name in ("job_finish", "job_start", "lookup", "pair"))
 
     # ------------------------------------------------------------------ writes
 
@@ -114,9 +117,9 @@ class FeatureStore:
         """
         if not events:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        counts = [self._queue_finish(pipe, ev) for ev in events]
-        results = pipe.execute()
+        batch = Batch(self.client)
+        counts = [self._queue_finish(batch, ev) for ev in events]
+        results = batch.execute()
         applied, observed, i = [], [], 0
         for calls in counts:
             flag, packed = results[i]
@@ -126,16 +129,16 @@ class FeatureStore:
         self._add_pairs(events, observed)
         return applied
 
-    def _queue_finish(self, pipe: redis.client.Pipeline, ev: JobFinish) -> int:
+    def _queue_finish(self, batch: Batch, ev: JobFinish) -> int:
         """Queue one finish's job script and lookup updates; returns how many replies they make."""
         lay = self.layout
         eid, hw, t = packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time)
         value = "" if ev.throughput is None else num(per_accelerator(ev.throughput, ev.num_accelerators))
-        self._finish(
+        batch.script(
+            self._finish,
             keys=[lay.job(ev.job_key), lay.job_window(ev.job_key), lay.job_seen(ev.job_key),
                   lay.job_outbox(ev.job_key)],
             args=[eid, t, hw, value, counter_field(ev.outcome), JOB_WINDOW, SEEN_TTL_S],
-            client=pipe,
         )
         if not value:
             return 1
@@ -143,13 +146,12 @@ class FeatureStore:
         if ev.family is not None:
             aggregates.append(lay.lookup_family(ev.family))
         for agg in aggregates:
-            self._lookup(keys=[agg, lay.window_of(agg)], args=[eid, t, hw, value, LOOKUP_WINDOW], client=pipe)
+            batch.script(self._lookup, keys=[agg, lay.window_of(agg)], args=[eid, t, hw, value, LOOKUP_WINDOW])
         return 1 + len(aggregates)
 
     def _add_pairs(self, events: Sequence[JobFinish], observed: Sequence[list[tuple[str, str]]]) -> None:
         """Add each finish's paired-ratio observations to its pair windows at every level."""
-        pipe = self.client.pipeline(transaction=False)
-        queued = False
+        batch = Batch(self.client)
         for ev, obs in zip(events, observed, strict=True):
             if not obs:
                 continue
@@ -157,24 +159,23 @@ class FeatureStore:
             keys = [self.layout.pairs(level, name) for level, name in pair_levels(ev.model_type, ev.family)]
             for field, value in stored_values(self._hw(ev.hardware), obs, finish_coordinates(ev)):
                 for key in keys:
-                    self._pair(keys=[key], args=[field, t, eid, value, PAIR_WINDOW], client=pipe)
-                    queued = True
-        if queued:
-            pipe.execute()
+                    batch.script(self._pair, keys=[key], args=[field, t, eid, value, PAIR_WINDOW])
+        if len(batch):
+            batch.execute()
 
     def apply_starts(self, events: Sequence[JobStart]) -> list[int]:
         """Apply start events in one round trip; returns 1 per applied event, 0 per duplicate."""
         if not events:
             return []
-        pipe = self.client.pipeline(transaction=False)
+        batch = Batch(self.client)
         starts = counter_field(STARTS)
         for ev in events:
-            self._start(
+            batch.script(
+                self._start,
                 keys=[self.layout.job(ev.job_key), self.layout.job_seen(ev.job_key)],
                 args=[packable_id(ev.event_id), starts, SEEN_TTL_S],
-                client=pipe,
             )
-        return [int(r) for r in pipe.execute()]
+        return [int(r) for r in batch.execute()]
 
     # ------------------------------------------------------------------ reads
 
@@ -189,14 +190,14 @@ class FeatureStore:
         # A batch shares model types and families: fetch and parse each aggregate once.
         models = list(dict.fromkeys(s.model_type for s in submissions))
         families = list(dict.fromkeys(s.family for s in submissions if s.family is not None))
-        pipe = self.client.pipeline(transaction=False)
+        batch = Batch(self.client)
         for sub in submissions:
-            pipe.hgetall(self.layout.job(sub.job_key))
+            batch.hgetall(self.layout.job(sub.job_key))
         for model in models:
-            pipe.hgetall(self.layout.lookup_model(model))
+            batch.hgetall(self.layout.lookup_model(model))
         for family in families:
-            pipe.hgetall(self.layout.lookup_family(family))
-        raw = pipe.execute()
+            batch.hgetall(self.layout.lookup_family(family))
+        raw = batch.execute()
         n, m = len(submissions), len(models)
         by_model = {name: _parse_lookup(raw[n + i]) for i, name in enumerate(models)}
         by_family = {name: _parse_lookup(raw[n + m + i]) for i, name in enumerate(families)}
@@ -208,15 +209,15 @@ class FeatureStore:
         """The snapshots with the paired ratios of each candidate over its row's prior hardware."""
         wanted = [wanted_pairs(snap.prior, [self._hw(c) for c in sub.candidates])
                   for sub, snap in zip(submissions, snaps, strict=True)]
-        pipe = self.client.pipeline(transaction=False)
+        batch = Batch(self.client)
         asked: list[list[tuple[str, list[str]]]] = []
         for sub, want in zip(submissions, wanted, strict=True):
             fields = list(dict.fromkeys(field for pairs in want.values() for _, field, _ in pairs))
             levels = pair_levels(sub.model_type, sub.family) if fields else []
             for level, name in levels:
-                pipe.hmget(self.layout.pairs(level, name), fields)
+                batch.hmget(self.layout.pairs(level, name), fields)
             asked.append([(level, fields) for level, _ in levels])
-        replies = iter(pipe.execute() if any(asked) else [])
+        replies = iter(batch.execute() if len(batch) else [])
         out = []
         for sub, snap, want, levels_asked in zip(submissions, snaps, wanted, asked, strict=True):
             windows = {level: {f: parse_window(text(v)) for f, v in zip(fields, next(replies), strict=True)
@@ -228,14 +229,13 @@ class FeatureStore:
     def delete_all(self) -> int:
         """Delete every key under this layout's prefix (replays into a scratch prefix use it)."""
         deleted = 0
-        batch: list[bytes] = []
+        batch = Batch(self.client)  # one key per UNLINK: a cluster refuses keys of several slots
         for key in self.client.scan_iter(match=self.layout.pattern(), count=1000):
-            batch.append(key)
+            batch.unlink(text(key))
             if len(batch) >= 1000:
-                deleted += int(self.client.unlink(*batch))
-                batch.clear()
-        if batch:
-            deleted += int(self.client.unlink(*batch))
+                deleted += sum(batch.execute())
+        if len(batch):
+            deleted += sum(batch.execute())
         return deleted
 
 
@@ -264,8 +264,14 @@ def _parse_lookup(raw: dict[bytes, bytes]) -> dict[str, LookupStat]:
     return {text(field): parse_lookup_field(text(value)) for field, value in raw.items()}
 
 
-def redis_client(settings: Settings) -> redis.Redis:
-    """A Redis client for ``settings`` (TLS and AUTH come from the ``rediss://user:pass@`` URL)."""
+def redis_client(settings: Settings) -> Client:
+    """A Redis client for ``settings`` (TLS and AUTH come from the ``rediss://user:pass@`` URL).
+
+    With ``settings.redis_cluster`` the URL names any one node of a Redis Cluster; the client
+    discovers the others and the slot map from it.
+    """
+    if settings.redis_cluster:
+        return RedisCluster.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
     return redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5,
                                 health_check_interval=30)
 

@@ -23,32 +23,26 @@ def _fail(exc: ServiceError) -> None:
 
 
 @app.command("up")
-def up_command() -> None:
+def up_command(
+    redis_cluster: bool = typer.Option(
+        False, "--redis-cluster",
+        help="Also start a local three-master Redis Cluster (clients use it with LEAP_REDIS_CLUSTER=1).",
+    ),
+) -> None:
     """Start Kafka and Redis (or find them running) and wait until both answer."""
     settings = Settings.from_env()
     try:
         with _console.status("starting services") as spinner:
-            result = up(settings, step=lambda msg: spinner.update(msg))
+            result = up(settings, step=lambda msg: spinner.update(msg), redis_cluster=redis_cluster)
     except ServiceError as exc:
         _fail(exc)
         return
     table = Table("service", "backend", "state", "address", "version", "seconds")
-    table.add_row(
-        "kafka",
-        result["kafka"]["backend"],
-        result["kafka"]["action"],
-        result["kafka"]["bootstrap"],
-        result["kafka"]["version"],
-        f"{result['kafka']['seconds']:.1f}",
-    )
-    table.add_row(
-        "redis",
-        result["redis"]["backend"],
-        result["redis"]["action"],
-        result["redis"]["url"],
-        result["redis"]["version"],
-        f"{result['redis']['seconds']:.1f}",
-    )
+    for name in ("kafka", "redis", "redis_cluster"):
+        if name in result:
+            row = result[name]
+            address = row["bootstrap"] if name == "kafka" else row["url"]
+            table.add_row(name, row["backend"], row["action"], address, row["version"], f"{row['seconds']:.1f}")
     Console().print(table)
 
 

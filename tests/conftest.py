@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -57,7 +57,30 @@ def running_services(settings: Settings) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def rds(settings: Settings) -> redis.Redis:
-    return redis_client(settings)
+    # typed as one server: the tests that take it use plain-server commands; with
+    # LEAP_REDIS_CLUSTER=1 redis-py's cluster client routes the same calls by key
+    return cast(redis.Redis, redis_client(settings))
+
+
+@pytest.fixture(scope="session")
+def cluster_settings(settings: Settings) -> Settings:
+    """Settings of the local three-master Redis Cluster (started here if it does not run)."""
+    from core.settings import LOCAL_REDIS_CLUSTER_PORTS
+
+    if settings.redis_from_env and not settings.redis_cluster:
+        pytest.skip("LEAP_REDIS_URL names a single server; set LEAP_REDIS_CLUSTER=1 to test a cluster")
+    if settings.redis_cluster:
+        return settings
+    stack.up(settings, redis_cluster=True)
+    return replace(settings, redis_url=f"redis://127.0.0.1:{LOCAL_REDIS_CLUSTER_PORTS[0]}/0", redis_cluster=True)
+
+
+@pytest.fixture(params=["server", "cluster"])
+def store_client(request: pytest.FixtureRequest, rds: redis.Redis) -> Any:
+    """The store tests' Redis: the single server, then the Redis Cluster (same tests, both)."""
+    if request.param == "server":
+        return rds
+    return redis_client(request.getfixturevalue("cluster_settings"))
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-import redis
 
 from core.hardware import load_catalogue
 from features.keys import PAIR_WINDOW, KeyLayout
@@ -29,8 +29,8 @@ CAT = load_catalogue()
 
 
 @pytest.fixture
-def store(rds: redis.Redis, run_id: str) -> Iterator[FeatureStore]:
-    fs = FeatureStore(rds, KeyLayout(f"pairs-{run_id}"), canonicalize=CAT.canonical)
+def store(store_client: Any, run_id: str) -> Iterator[FeatureStore]:
+    fs = FeatureStore(store_client, KeyLayout(f"pairs-{run_id}"), canonicalize=CAT.canonical)
     yield fs
     fs.delete_all()
 

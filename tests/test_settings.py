@@ -91,10 +91,24 @@ def test_to_env_round_trips_through_from_env(tmp_path: Path) -> None:
         "LEAP_KAFKA_BOOTSTRAP": "k1:9092,k2:9092", "LEAP_REDIS_URL": "rediss://u:p@r:6380/1",
         "LEAP_HOME": str(tmp_path), "LEAP_KEY_PREFIX": "blue", "LEAP_PRICES_FILE": str(tmp_path / "p.csv"),
         "LEAP_ARCHIVE_DIR": str(tmp_path / "a"), "LEAP_ARCHIVE_FLUSH_EVENTS": "7",
-        "LEAP_ARCHIVE_FLUSH_SECONDS": "1.5", "LEAP_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "LEAP_ARCHIVE_FLUSH_SECONDS": "1.5", "LEAP_KAFKA_SESSION_TIMEOUT": "7.5",
+        "LEAP_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "LEAP_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "LEAP_KAFKA_SASL_USERNAME": "leap",
         "LEAP_KAFKA_SASL_PASSWORD": "secret", "LEAP_KAFKA_SSL_CAFILE": "/ca.pem",
     }
     settings = Settings.from_env(env)
     assert settings.to_env() == env
     assert Settings.from_env(settings.to_env()) == settings
+
+
+def test_redis_cluster_flag_defaults_to_the_local_cluster_and_round_trips() -> None:
+    from core.settings import LOCAL_REDIS_CLUSTER_PORTS
+
+    settings = Settings.from_env({"LEAP_REDIS_CLUSTER": "1"})
+    assert settings.redis_cluster
+    assert settings.redis_url == f"redis://127.0.0.1:{LOCAL_REDIS_CLUSTER_PORTS[0]}/0"
+    again = Settings.from_env(settings.to_env())
+    assert (again.redis_cluster, again.redis_url) == (True, settings.redis_url)
+    assert not Settings.from_env({"LEAP_REDIS_CLUSTER": "0"}).redis_cluster
+    with pytest.raises(ValueError, match="LEAP_REDIS_CLUSTER"):
+        Settings.from_env({"LEAP_REDIS_CLUSTER": "maybe"})

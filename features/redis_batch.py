@@ -1,0 +1,176 @@
+"""One pipelined round trip per Redis node for a batch of commands, on one server or a Redis Cluster.
+
+The store queues a batch's reads and Lua script calls on a :class:`Batch`; :meth:`Batch.execute`
+sends each node's share as one pipeline and returns the replies in the order they were queued.
+On one server that is one round trip; on a Redis Cluster it is one per node the batch touches
+(every key of one job, or of one aggregate, shares a hash tag and so a node: see
+:mod:`features.keys`).
+
+Why not redis-py's own pipelines: a plain pipeline that runs scripts asks ``SCRIPT EXISTS``
+before every execute (a second round trip per batch), and the cluster pipeline refuses
+``EVALSHA`` altogether. Here scripts are called by SHA and loaded only when a node answers
+``NOSCRIPT`` (a restarted or new node); only the commands that failed are sent again, so a script
+that ran is never run twice. A ``MOVED``/``ASK`` reply (slots moved between nodes) refreshes the
+cluster's slot map and sends the refused commands to their new node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, TryAgainError
+
+#: A client of one server or of a cluster.
+Client = redis.Redis | RedisCluster
+
+#: How often refused commands (NOSCRIPT, MOVED, ASK, TRYAGAIN) are sent again before giving up.
+MAX_RESENDS = 3
+
+
+@dataclass(frozen=True)
+class LuaScript:
+    """A Lua script known by its SHA1, as ``EVALSHA`` calls it."""
+
+    name: str
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+
+
+@dataclass(frozen=True)
+class _Command:
+    args: tuple[Any, ...]
+    key: str
+    script: LuaScript | None = None
+
+
+class Batch:
+    """Commands queued for one round trip per node.
+
+    Parameters
+    ----------
+    client
+        A ``redis.Redis`` or ``redis.cluster.RedisCluster`` (``decode_responses=False``).
+
+    Notes
+    -----
+    Replies come back as redis-py's pipelines give them (``HGETALL`` a dict, ``HMGET`` a list);
+    an error reply is raised after every command ran, like ``pipeline.execute()``.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._commands: list[_Command] = []
+
+    def __len__(self) -> int:
+        return len(self._commands)
+
+    def hgetall(self, key: str) -> None:
+        self._commands.append(_Command(("HGETALL", key), key))
+
+    def hmget(self, key: str, fields: Sequence[str]) -> None:
+        self._commands.append(_Command(("HMGET", key, *fields), key))
+
+    def unlink(self, key: str) -> None:
+        self._commands.append(_Command(("UNLINK", key), key))
+
+    def script(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> None:
+        """Queue ``EVALSHA`` of ``script``; its keys must share one hash tag on a cluster."""
+        self._commands.append(_Command(("EVALSHA", script.sha, len(keys), *keys, *args), keys[0], script))
+
+    def execute(self) -> list[Any]:
+        """Send the batch; the replies in queued order. The batch is empty afterwards.
+
+        Raises
+        ------
+        redis.ConnectionError
+            When the cluster keeps refusing (down, or slots still moving after
+            :data:`MAX_RESENDS`): an outage to wait out, not a bad event.
+        redis.ResponseError
+            The first error reply (e.g. a script that rejected its event), after every command ran.
+        """
+        commands, self._commands = self._commands, []
+        replies: list[Any] = [None] * len(commands)
+        pending = list(range(len(commands)))
+        asking: dict[int, tuple[str, int]] = {}
+        for attempt in range(MAX_RESENDS + 1):
+            refused = self._send(commands, pending, asking, replies)
+            if not refused:
+                break
+            if attempt == MAX_RESENDS:
+                raise redis.ConnectionError(f"redis kept refusing the batch: {replies[refused[0]]}")
+            asking = self._prepare_resend(commands, refused, replies)
+            pending = refused
+        for reply in replies:
+            if isinstance(reply, ClusterDownError):
+                raise redis.ConnectionError(f"redis cluster is down: {reply}")
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _send(self, commands: list[_Command], pending: list[int], asking: dict[int, tuple[str, int]],
+              replies: list[Any]) -> list[int]:
+        """Send ``pending`` commands, one pipeline per node; returns those a node refused.
+
+        ``asking`` maps a command to the node an ``ASK`` named: it goes there after ``ASKING``.
+        """
+        refused = []
+        for node_client, indices in self._by_node(commands, pending, asking):
+            pipe = node_client.pipeline(transaction=False)
+            for i in indices:
+                if i in asking:
+                    pipe.execute_command("ASKING")
+                pipe.execute_command(*commands[i].args)
+            answers = iter(pipe.execute(raise_on_error=False))
+            for i in indices:
+                if i in asking:
+                    next(answers)
+                replies[i] = reply = next(answers)
+                if isinstance(reply, NoScriptError | AskError | TryAgainError):
+                    refused.append(i)
+        return refused
+
+    def _by_node(self, commands: list[_Command], pending: list[int],
+                 asking: dict[int, tuple[str, int]]) -> list[tuple[redis.Redis, list[int]]]:
+        if not isinstance(self.client, RedisCluster):
+            return [(self.client, pending)]
+        groups: dict[str, tuple[redis.Redis, list[int]]] = {}
+        for i in pending:
+            if i in asking:
+                host, port = asking[i]
+                node = self.client.get_node(host=host, port=port)
+            else:
+                node = self.client.get_node_from_key(commands[i].key)
+            if node is None:  # a node the slot map does not know yet
+                self.client.nodes_manager.initialize()
+                node = self.client.get_node_from_key(commands[i].key)
+            conn = self.client.get_redis_connection(node)
+            groups.setdefault(node.name, (conn, []))[1].append(i)
+        return list(groups.values())
+
+    def _prepare_resend(self, commands: list[_Command], refused: list[int],
+                        replies: list[Any]) -> dict[int, tuple[str, int]]:
+        """Load missing scripts, refresh a moved slot map; the ``ASK`` targets of the next send."""
+        if isinstance(self.client, RedisCluster) and any(isinstance(replies[i], MovedError) for i in refused):
+            self.client.nodes_manager.initialize()
+        for script in {commands[i].script for i in refused if isinstance(replies[i], NoScriptError)}:
+            if script is not None:
+                load_script(self.client, script)
+        return {i: replies[i].node_addr for i in refused
+                if isinstance(replies[i], AskError) and not isinstance(replies[i], MovedError)}
+
+
+def load_script(client: Client, script: LuaScript) -> None:
+    """Load ``script`` into every primary's script cache (one server: that server)."""
+    if isinstance(client, RedisCluster):
+        for node in client.get_primaries():
+            client.get_redis_connection(node).script_load(script.source)
+    else:
+        client.script_load(script.source)
