@@ -1,7 +1,9 @@
 """The feature agents: job starts and finishes in, Redis features updated, bad events dead-lettered.
 
-Events arrive in batches (``take_events``) so that each batch is one pipelined Redis round trip.
-A Redis outage is not a bad event: the batch waits with back-off (:func:`with_redis_retry`).
+Events arrive in batches (:func:`streams.app.take_batches`) so that each batch is one pipelined
+Redis round trip. A Redis outage is not a bad event: the batch waits, for as long as it lasts,
+uncommitted (:func:`with_redis_retry`); an event Redis rejects is dead-lettered, so every event
+is applied or dead-lettered before its offset is committed.
 The Faust agents only loop over batches; :func:`handle_feature_batch` does the work of one.
 """
 
@@ -11,54 +13,68 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 import faust
 import redis
 
 from features.store import FeatureStore
 from streams import metrics
-from streams.app import Send, SourceEvent, SourceMessage, decode_batch, send_dead_letters, topic_sender
-from streams.deadletter import dead_letter
+from streams.app import (
+    Send,
+    SourceEvent,
+    SourceMessage,
+    decode_batch,
+    letter_for,
+    run_batches,
+    send_dead_letters,
+    topic_sender,
+)
 from streams.events import Event, JobFinish, JobStart
+from streams.resilience import Dependency, call_until_up
 from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS
 
 log = logging.getLogger("leap.features")
 
 #: Batch limits: large enough to amortise a Redis round trip, short enough to keep latency low.
 FEATURE_BATCH = (500, 0.05)
-#: Back-off while Redis is unreachable: events wait (never dead-lettered for an outage).
-RETRY_DELAYS_S = (0.1, 0.5, 1.0, 2.0, 5.0)
-#: Dead-letter reason of an event a Redis script rejected.
+#: Dead-letter reason of an event a Redis script (or the code around it) rejected.
 PROCESSING_ERROR = "processing_error"
+#: Error replies that say the server cannot serve anyone right now (not that the request is bad):
+#: loading its data, out of memory, failing to persist, a replica, a busy script, a cluster change.
+REDIS_UNAVAILABLE_REPLIES = ("LOADING", "OOM", "MISCONF", "READONLY", "BUSY", "MASTERDOWN", "NOREPLICAS",
+                             "CLUSTERDOWN", "TRYAGAIN")
 
-P = ParamSpec("P")
 T = TypeVar("T")
 E = TypeVar("E", bound=Event)
 
 
-async def with_redis_retry(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run a Redis call, waiting out connection failures instead of dropping the batch.
+def redis_outage(exc: BaseException) -> bool:
+    """True for a Redis error that says the server is unreachable or unable to serve, not that
+    the command (an event) is bad."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return True
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(REDIS_UNAVAILABLE_REPLIES)
+
+
+#: The online store as seen by this process's agents (``leap_dependency_up{dependency="redis"}``).
+REDIS = Dependency("redis", redis_outage)
+
+
+async def with_redis_retry(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking Redis call in a thread, waiting out an outage for as long as it lasts.
 
     Parameters
     ----------
-    fn, args, kwargs
+    fn, args
         A blocking call on Redis and its arguments.
 
     Returns
     -------
-    What ``fn`` returns. After the last of :data:`RETRY_DELAYS_S` the connection error is raised;
-    any other error (e.g. a script's ``ResponseError``) is raised at once.
+    What ``fn`` returns. Only errors that say the request itself is bad (e.g. a script's
+    ``ResponseError``) are raised; cancellation is raised too (the batch then stays unacked).
     """
-    for delay in (*RETRY_DELAYS_S, None):
-        try:
-            return fn(*args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if delay is None:
-                raise
-            log.warning("redis unavailable (%s); retrying in %.1fs", exc, delay)
-            await asyncio.sleep(delay)
-    raise AssertionError("unreachable")
+    return await call_until_up(REDIS, lambda: asyncio.to_thread(fn, *args))
 
 
 async def apply_with_isolation(
@@ -85,18 +101,17 @@ async def apply_with_isolation(
     """
     try:
         return list(await with_redis_retry(apply, events))
-    except redis.ResponseError:
+    except Exception:
         # One by one finds the culprit. The pipeline ran every other script before raising, so
         # those events come back as duplicates (0) on the second pass.
-        pass
+        log.warning("a batch of %d was rejected; applying its events one by one", len(events), exc_info=True)
     results: list[int] = []
     for ev, msg in zip(events, sources, strict=True):
         try:
             results.extend(await with_redis_retry(apply, [ev]))
-        except redis.ResponseError as exc:
-            letter = dead_letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value, PROCESSING_ERROR,
-                                 f"redis script failed: {exc}")
-            await send_dead_letters(send_dead_letter, [letter])
+        except Exception as exc:
+            what = "redis script failed" if isinstance(exc, redis.ResponseError) else type(exc).__name__
+            await send_dead_letters(send_dead_letter, [letter_for(msg, PROCESSING_ERROR, f"{what}: {exc}")])
             results.append(0)
     return results
 
@@ -148,8 +163,8 @@ def attach_feature_agents(app: faust.App, topics: dict[str, faust.TopicT], store
     send_dead_letter = topic_sender(topics[DEAD_LETTER.name])
 
     async def run(stream: Any, cls: type[E], apply: Callable[[Sequence[E]], list[int]], topic: str) -> None:
-        async for batch in stream.take_events(*FEATURE_BATCH):
-            await handle_feature_batch(batch, cls, apply, topic, send_dead_letter)
+        await run_batches(stream, FEATURE_BATCH, lambda batch: handle_feature_batch(
+            batch, cls, apply, topic, send_dead_letter), f"features/{topic}")
 
     @app.agent(topics[JOB_STARTS.name], name="leap.features.job-starts")
     async def job_starts(stream: Any) -> None:

@@ -12,10 +12,19 @@ from typing import Any
 
 import faust
 
-from features.agents import with_redis_retry
+from features.agents import PROCESSING_ERROR, with_redis_retry
 from predictor.service import RankingService
 from streams import metrics
-from streams.app import Send, SourceEvent, decode_batch, send_dead_letters, topic_sender
+from streams.app import (
+    Send,
+    SourceEvent,
+    SourceMessage,
+    decode_batch,
+    letter_for,
+    run_batches,
+    send_dead_letters,
+    topic_sender,
+)
 from streams.events import Ranking, Submission
 from streams.topics import DEAD_LETTER, RANKINGS, SUBMISSIONS
 
@@ -54,15 +63,38 @@ async def handle_submissions(
     if not subs:
         return []
     # A Redis outage holds the batch (nothing is sent yet, so nothing is sent twice).
-    rankings = await with_redis_retry(service.rank, subs, [received] * len(subs))
+    rankings = await rank_with_isolation(service, subs, decoded.sources, received, send_dead_letter)
     for ranking in rankings:
         await send_ranking(ranking.job_key.encode(), ranking.encode())
         metrics.PREDICT_LATENCY.observe(ranking.latency_ms / 1000.0)
+        if ranking.since_submit_ms is not None:
+            metrics.SINCE_SUBMIT.observe(ranking.since_submit_ms / 1000.0)
         if ranking.fallback:
             for reason in ranking.fallback.split(","):
                 metrics.FALLBACKS.labels(reason).inc()
     metrics.EVENTS_OUT.labels(RANKINGS.name).inc(len(rankings))
     return rankings
+
+
+async def rank_with_isolation(service: RankingService, subs: Sequence[Submission], sources: Sequence[SourceMessage],
+                              received: float, send_dead_letter: Send) -> list[Ranking]:
+    """Rank a batch; if ranking fails, rank one by one and dead-letter the submissions that fail.
+
+    A Redis outage is waited out (:func:`with_redis_retry`); any other error is one submission's
+    (e.g. a corrupt feature hash), and must not cost the other submissions of the batch.
+    """
+    try:
+        return list(await with_redis_retry(service.rank, subs, [received] * len(subs)))
+    except Exception:
+        log.warning("ranking a batch of %d failed; ranking its submissions one by one", len(subs), exc_info=True)
+    out: list[Ranking] = []
+    for sub, msg in zip(subs, sources, strict=True):
+        try:
+            out.extend(await with_redis_retry(service.rank, [sub], [received]))
+        except Exception as exc:
+            letter = letter_for(msg, PROCESSING_ERROR, f"{type(exc).__name__}: {exc}")
+            await send_dead_letters(send_dead_letter, [letter])
+    return out
 
 
 def attach_predictor_agent(app: faust.App, topics: dict[str, faust.TopicT], service: RankingService) -> None:
@@ -72,5 +104,5 @@ def attach_predictor_agent(app: faust.App, topics: dict[str, faust.TopicT], serv
 
     @app.agent(topics[SUBMISSIONS.name], name="leap.predictor")
     async def predict(stream: Any) -> None:
-        async for batch in stream.take_events(*PREDICT_BATCH):
-            await handle_submissions(batch, service, send_ranking, send_dead_letter)
+        await run_batches(stream, PREDICT_BATCH, lambda batch: handle_submissions(
+            batch, service, send_ranking, send_dead_letter), "predictor")

@@ -119,6 +119,7 @@ class RankingService:
                     features_used=snap.to_json(),
                     fallback=",".join(fallbacks) if fallbacks else None,
                     latency_ms=max(0.0, (now - arrived) * 1000.0),
+                    since_submit_ms=max(0.0, (now - sub.event_time) * 1000.0),
                 )
             )
         return out

@@ -10,18 +10,22 @@ Their per-batch logic takes plain callables (:data:`Send`) and anything shaped l
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 import faust
+from mode.utils.futures import notify
 
 from core.settings import Settings
 from streams import metrics
-from streams.deadletter import dead_letter
+from streams.deadletter import dead_letter, fit_dead_letter
 from streams.events import DeadLetter, Event, EventError
+from streams.resilience import KAFKA, call_until_up
 from streams.topics import ALL_TOPICS, DEAD_LETTER, consumer_group
 
 log = logging.getLogger("leap.streams")
@@ -30,6 +34,11 @@ E = TypeVar("E", bound=Event)
 
 #: Sends one message (key, value) to a topic; :func:`topic_sender` binds one to a Faust topic.
 Send = Callable[[bytes, bytes], Awaitable[object]]
+#: Dead-letter reason of a message whose decoding raised something other than a contract error.
+DECODE_ERROR = "decode_error"
+#: Exit code of a worker whose batch handler failed: its batch is unacked, so it must not go on
+#: (a later commit would step over it); the restarted worker reads the batch again.
+EXIT_UNPROCESSED = 75
 
 
 class SourceMessage(Protocol):
@@ -71,7 +80,11 @@ def topic_sender(topic: faust.TopicT) -> Send:
     """A :data:`Send` that produces to ``topic`` (raw bytes key and value)."""
 
     async def send(key: bytes, value: bytes) -> None:
-        await topic.send(key=key, value=value)
+        # While the broker is unreachable the send waits (the batch stays unacked), it never fails.
+        async def attempt() -> object:
+            return await topic.send(key=key, value=value)
+
+        await call_until_up(KAFKA, attempt)
 
     return send
 
@@ -99,6 +112,12 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
         broker=[f"kafka://{hp}" for hp in settings.kafka_bootstrap.split(",")],
         broker_credentials=_credentials(settings),
         store="memory://",
+        # Faust keeps a small folder per app; under home, not wherever the worker was started.
+        datadir=str(settings.home / "faust" / "{appid}-data"),
+        # A killed worker's partitions move on after this long (Faust's default is 60 s, which
+        # stopped rankings for a minute); heartbeats go five times per session timeout.
+        broker_session_timeout=settings.kafka_session_timeout,
+        broker_heartbeat_interval=settings.kafka_session_timeout / 5,
         web_enabled=False,
         topic_disable_leader=True,
         topic_allow_declare=False,  # topics come from streams.topics, never auto-created
@@ -135,19 +154,119 @@ def decode_batch(cls: type[E], batch: Sequence[SourceEvent]) -> Decoded[E]:
         try:
             out.events.append(cls.decode(msg.value))
         except EventError as exc:
-            out.letters.append(
-                dead_letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value, exc.reason, str(exc))
-            )
+            out.letters.append(letter_for(msg, exc.reason, str(exc)))
+            continue
+        except Exception as exc:  # a bug in a contract rule must not stop the partition
+            log.exception("decoding %s[%d]@%d failed", msg.topic, msg.partition, msg.offset)
+            out.letters.append(letter_for(msg, DECODE_ERROR, f"{type(exc).__name__}: {exc}"))
             continue
         out.sources.append(msg)
     return out
 
 
+def letter_for(msg: SourceMessage, reason: str, error: str) -> DeadLetter:
+    """The dead letter of one consumed message: its own topic, partition, offset, key and bytes.
+
+    Always built from the message as consumed, never from a decoded or re-encoded event: a
+    producer that serialised differently from us must find its own bytes and coordinates here.
+    """
+    return dead_letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value, reason, error)
+
+
 async def send_dead_letters(send: Send, letters: Sequence[DeadLetter]) -> None:
     """Send dead letters (keyed by their source topic), counting and logging each."""
     for letter in letters:
-        await send(letter.source_topic.encode(), letter.encode())
+        await send(letter.source_topic.encode(), fit_dead_letter(letter).encode())
         metrics.DEAD_LETTERS.labels(letter.source_topic, letter.reason).inc()
         log.warning("dead letter %s[%d]@%d: %s", letter.source_topic, letter.partition, letter.offset, letter.error)
     if letters:
         metrics.EVENTS_OUT.labels(DEAD_LETTER.name).inc(len(letters))
+
+
+async def take_batches(stream: Any, max_: int, within: float) -> AsyncIterator[list[Any]]:
+    """Faust's ``Stream.take_events``, except that a batch is acked only once its handler returned.
+
+    Faust acks a batch in a ``finally``: when the handler raises, or is cancelled while it waits
+    out an outage, the batch's offsets are committed although nothing was applied (a 16 s Redis
+    outage lost 513 feature events that way). Here such a batch is never acked: no offset at or
+    after it is committed, and it is read again after the restart or rebalance.
+
+    Parameters
+    ----------
+    stream
+        The agent's Faust stream.
+    max_, within
+        At most ``max_`` events per batch; a partial batch is handed over after ``within`` seconds.
+
+    Yields
+    ------
+    list
+        Faust events, in the order consumed.
+    """
+    # The buffering below is Faust 0.15's own (a processor fills the buffer while the stream is
+    # consumed passively); only the acknowledgement differs.
+    events: list[Any] = []
+    full, consumed = asyncio.Event(), asyncio.Event()
+    consuming: asyncio.Future[None] | None = None
+
+    async def add(value: Any) -> Any:
+        nonlocal consuming
+        if consuming is not None:
+            try:
+                await consuming
+            finally:
+                consuming = None
+        event = stream.current_event
+        if event is None:
+            raise RuntimeError("take_batches: no current event")
+        events.append(event)
+        if len(events) >= max_:
+            full.set()
+            consumed.clear()
+            await stream.wait(consumed)
+        return value
+
+    acks = stream.enable_acks
+    stream.enable_acks = False
+    stream.add_processor(add)
+    stream._enable_passive(aiter(stream.channel))
+    try:
+        while not stream.should_stop:
+            await stream.wait_for_stopped(full, timeout=within)
+            if not events:
+                continue
+            consuming = stream.loop.create_future()
+            batch = list(events)
+            handled = False
+            try:
+                yield batch
+                handled = True  # the consumer came back for the next batch: this one is done
+            finally:
+                events.clear()
+                if handled:
+                    for event in batch:
+                        await stream.ack(event)
+                notify(consuming)
+                full.clear()
+                consumed.set()
+    finally:
+        stream.enable_acks = acks
+        stream._processors.remove(add)
+
+
+async def run_batches(stream: Any, batching: tuple[int, float], handle: Callable[[list[Any]], Awaitable[object]],
+                      name: str) -> None:
+    """An agent's loop: :func:`take_batches`, ``handle`` each batch, exit if a handler fails.
+
+    Handlers wait out outages and dead-letter what they cannot apply, so an error here is a
+    bug. Its batch is unacked; carrying on would commit later offsets over it, so the worker
+    exits instead (like the archiver) and its restart reads the batch again.
+    """
+    async for batch in take_batches(stream, *batching):
+        try:
+            await handle(batch)
+        except Exception:
+            log.critical("%s: a batch of %d failed and stays uncommitted; exiting", name, len(batch),
+                         exc_info=True)
+            logging.shutdown()
+            os._exit(EXIT_UNPROCESSED)

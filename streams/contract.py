@@ -47,6 +47,7 @@ class Field:
     maximum: float | None = None
     choices: tuple[str, ...] | None = None
     max_len: int | None = None
+    min_len: int = 1  # strings are non-empty unless a field says otherwise
     min_items: int | None = None
     max_items: int | None = None
     items: tuple[Field, ...] | None = None  # for kind == "records"
@@ -69,8 +70,9 @@ def type_name(value: Any) -> str:
 
 
 def _check_str(where: str, spec: Field, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise EventError("bad_field", f"{where}: expected a non-empty string, got {value!r}")
+    if not isinstance(value, str) or len(value) < spec.min_len:
+        wanted = "a non-empty string" if spec.min_len else "a string"
+        raise EventError("bad_field", f"{where}: expected {wanted}, got {value!r}")
     if spec.max_len is not None and len(value) > spec.max_len:
         raise EventError("bad_field", f"{where}: longer than {spec.max_len} characters")
     if spec.choices is not None and value not in spec.choices:
@@ -191,7 +193,7 @@ def validate_fields(event: str, specs: tuple[Field, ...], payload: Mapping[str, 
 def _field_schema(spec: Field) -> dict[str, Any]:
     out: dict[str, Any]
     if spec.kind == "str":
-        out = {"type": "string", "minLength": 1}
+        out = {"type": "string", "minLength": spec.min_len}
         if spec.max_len is not None:
             out["maxLength"] = spec.max_len
         if spec.choices is not None:

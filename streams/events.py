@@ -127,6 +127,9 @@ RANKING_FIELDS: tuple[Field, ...] = (
     Field("features_used", "object", "Feature values the prediction used, for audit and training."),
     Field("fallback", "str", "Why a fallback was used (null when none).", nullable=True, required=False),
     Field("latency_ms", "float", "Time from receiving the submission to emitting this.", minimum=0),
+    Field("since_submit_ms", "float", "Time from the submission's event_time (the scheduler's clock) to emitting "
+          "this: queueing, outages and failovers included; clock skew shows in it. Null or absent: not measured.",
+          minimum=0, required=False, nullable=True),
 )
 
 DEAD_LETTER_FIELDS: tuple[Field, ...] = (
@@ -136,9 +139,11 @@ DEAD_LETTER_FIELDS: tuple[Field, ...] = (
     Field("source_topic", "str", "Topic the bad event was read from."),
     Field("partition", "int", "Partition of the bad event.", minimum=0),
     Field("offset", "int", "Offset of the bad event.", minimum=0),
-    Field("key", "str", "Message key as text (lossy), null when absent.", nullable=True, required=False),
-    Field("raw_base64", "str", "The message value, byte for byte, base64-encoded.", required=False,
-          nullable=True),
+    Field("key", "str", "Message key as text (lossy), null when absent.", nullable=True, required=False,
+          min_len=0),
+    Field("raw_base64", "str", "The message value, byte for byte, base64-encoded: \"\" for an empty value, null "
+          "for none (a tombstone) or when too large to carry (then fetch it at source_topic/partition/offset).",
+          required=False, nullable=True, min_len=0),
     Field("reason", "str", "Short code, e.g. bad_json, missing_field, not_finite."),
     Field("error", "str", "What is wrong, for people."),
 )
@@ -315,6 +320,7 @@ class Ranking(Event):
     features_used: dict[str, Any]
     fallback: str | None
     latency_ms: float
+    since_submit_ms: float | None = None
 
 
 @_event("dead_letter", DEAD_LETTER_FIELDS)

@@ -16,12 +16,21 @@ PREDICT_LATENCY = Histogram(
     "Submission received to ranking emitted",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0),
 )
+SINCE_SUBMIT = Histogram(
+    "leap_submission_to_ranking_seconds",
+    "Submission event_time (the scheduler's clock) to ranking emitted: queueing, outages and failovers included",
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0),
+)
 FEATURE_FRESHNESS = Histogram(
     "leap_feature_freshness_seconds",
     "Event time to feature applied in Redis",
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600, 3600),
 )
 CONSUMER_LAG = Gauge("leap_consumer_lag_messages", "High watermark minus position", ["topic", "partition"])
+DEPENDENCY_UP = Gauge(
+    "leap_dependency_up", "1 while the dependency answers, 0 while batches wait for it (nothing is committed)",
+    ["dependency"],
+)
 MODEL = Info("leap_model", "Model in use by this predictor")
 FALLBACKS = Counter("leap_ranking_fallbacks_total", "Rankings that used a fallback", ["reason"])
 
