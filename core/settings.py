@@ -18,11 +18,17 @@ _N = TypeVar("_N", int, float)
 LOCAL_KAFKA_PORT = 19092
 LOCAL_KAFKA_CONTROLLER_PORT = 19093
 LOCAL_REDIS_PORT = 16379
+#: Ports of the local Redis Cluster's three masters (``leap services up --redis-cluster``).
+LOCAL_REDIS_CLUSTER_PORTS = (17001, 17002, 17003)
 
 #: Seconds without a heartbeat after which the broker gives a worker's partitions to another (Faust's
 #: default, 60 s, stopped rankings for a minute after a predictor died). 6 s is the broker's default
 #: minimum (``group.min.session.timeout.ms``); ``LEAP_KAFKA_SESSION_TIMEOUT`` changes it.
 DEFAULT_KAFKA_SESSION_TIMEOUT = 6.0
+
+#: Partitions of each event stream when ``LEAP_TOPIC_PARTITIONS`` is unset: a role's workers share
+#: a topic by partitions, so this is how many workers can be added without repartitioning.
+DEFAULT_TOPIC_PARTITIONS = 12
 
 #: Archiver flush limits when ``LEAP_ARCHIVE_FLUSH_EVENTS`` / ``LEAP_ARCHIVE_FLUSH_SECONDS`` are unset.
 DEFAULT_ARCHIVE_FLUSH_EVENTS = 10_000
@@ -62,6 +68,17 @@ class Settings:
         passed through to every Kafka client. Values are never logged.
     kafka_from_env, redis_from_env
         The broker / Redis was named by the environment: ``leap services up`` starts nothing for it.
+    topic_partitions
+        Partitions of each event stream that ``leap topics create`` makes (``LEAP_TOPIC_PARTITIONS``);
+        existing topics are left alone.
+    topic_replication
+        Replication factor of new topics (``LEAP_TOPIC_REPLICATION``; -1: the broker's default).
+    topic_min_insync
+        ``min.insync.replicas`` of new topics: replicas that must have a write before ``acks=all``
+        succeeds; 0 leaves the broker's default. Derived: ``topic_replication - 1`` from 3 replicas.
+    redis_cluster
+        ``redis_url`` names a node of a Redis Cluster (``LEAP_REDIS_CLUSTER=1``); without
+        ``LEAP_REDIS_URL`` it is the local cluster's first node.
     prices_file
         Optional CSV of hourly prices overriding the catalogue's list prices (``LEAP_PRICES_FILE``).
     archive_dir
@@ -82,6 +99,9 @@ class Settings:
     kafka_security: dict[str, str] = field(default_factory=dict, repr=False)
     kafka_from_env: bool = False
     redis_from_env: bool = False
+    redis_cluster: bool = False
+    topic_partitions: int = DEFAULT_TOPIC_PARTITIONS
+    topic_replication: int = -1
     prices_file: Path | None = None
     archive_dir: Path | None = None
     archive_flush_events: int = DEFAULT_ARCHIVE_FLUSH_EVENTS
@@ -94,9 +114,14 @@ class Settings:
         env = dict(os.environ if env is None else env)
         security = {key: env[var] for var, key in KAFKA_SECURITY_VARS if env.get(var)}
         defaults = cls()
+        cluster = _flag(env, "LEAP_REDIS_CLUSTER")
+        default_redis = f"redis://127.0.0.1:{LOCAL_REDIS_CLUSTER_PORTS[0]}/0" if cluster else defaults.redis_url
         return cls(
             kafka_bootstrap=env.get("LEAP_KAFKA_BOOTSTRAP") or defaults.kafka_bootstrap,
-            redis_url=env.get("LEAP_REDIS_URL") or defaults.redis_url,
+            redis_url=env.get("LEAP_REDIS_URL") or default_redis,
+            redis_cluster=cluster,
+            topic_partitions=_number(env, "LEAP_TOPIC_PARTITIONS", int, defaults.topic_partitions),
+            topic_replication=_number(env, "LEAP_TOPIC_REPLICATION", int, defaults.topic_replication),
             home=Path(env["LEAP_HOME"]) if env.get("LEAP_HOME") else defaults.home,
             key_prefix=env.get("LEAP_KEY_PREFIX") or defaults.key_prefix,
             kafka_security=security,
@@ -119,12 +144,22 @@ class Settings:
             "LEAP_ARCHIVE_FLUSH_SECONDS": repr(self.archive_flush_seconds),
             "LEAP_KAFKA_SESSION_TIMEOUT": repr(self.kafka_session_timeout),
         }
+        if self.redis_cluster:
+            env["LEAP_REDIS_CLUSTER"] = "1"
+        if self.topic_partitions != DEFAULT_TOPIC_PARTITIONS:
+            env["LEAP_TOPIC_PARTITIONS"] = str(self.topic_partitions)
+        if self.topic_replication != -1:
+            env["LEAP_TOPIC_REPLICATION"] = str(self.topic_replication)
         env.update({var: self.kafka_security[key] for var, key in KAFKA_SECURITY_VARS if key in self.kafka_security})
         if self.prices_file is not None:
             env["LEAP_PRICES_FILE"] = str(self.prices_file)
         if self.archive_dir is not None:
             env["LEAP_ARCHIVE_DIR"] = str(self.archive_dir)
         return env
+
+    @property
+    def topic_min_insync(self) -> int:
+        return self.topic_replication - 1 if self.topic_replication >= 3 else 0
 
     @property
     def registry_dir(self) -> Path:
@@ -141,6 +176,16 @@ class Settings:
         conf.update(self.kafka_security)
         conf.update(extra)
         return conf
+
+
+def _flag(env: dict[str, str], var: str) -> bool:
+    """A yes/no variable (1/true/yes or 0/false/no/unset); anything else names the variable."""
+    raw = env.get(var, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{var}={env[var]!r} is not a yes/no value (use 1 or 0)")
 
 
 def _number(env: dict[str, str], var: str, kind: type[_N], default: _N) -> _N:

@@ -72,8 +72,9 @@ def topics_list() -> None:
     """Show the topic definitions (names, partitions, configs)."""
     from streams.topics import ALL_TOPICS
 
+    settings = Settings.from_env()
     for t in ALL_TOPICS:
-        print(f"{t.name}\tpartitions={t.partitions}\t{t.config}\t{t.doc}")
+        print(f"{t.name}\tpartitions={t.partitions_in(settings)}\t{t.config}\t{t.doc}")
 
 
 @app.command()

@@ -67,7 +67,7 @@ class ModelFollower:
             "group.id": "leap-model-follower-unused", "enable.auto.commit": False,
         }))
         self.consumer.assign([TopicPartition(MODELS.name, p, OFFSET_BEGINNING)
-                              for p in range(MODELS.partitions)])
+                              for p in range(MODELS.partitions_in(settings))])
 
     def _apply(self, raw: bytes) -> None:
         try:

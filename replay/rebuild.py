@@ -18,6 +18,7 @@ import redis
 
 from features.keys import LOOKUP_WINDOW, KeyLayout
 from features.layout import LOOKUP_FIELD, RETIRED_FIELDS, text, unpack_window
+from features.redis_batch import Batch, Client
 from features.store import FeatureStore
 from replay.decode import decode
 from replay.reader import Reader, ReplayError
@@ -166,7 +167,7 @@ def _order_dependent(label: str, fld: str, a: dict[str, str], b: dict[str, str],
             and _same_but_count(a[fld], b[fld]) and rwin.get(fld) == lwin.get(fld) and _window_full(rwin, fld))
 
 
-def compare(client: redis.Redis, replay: KeyLayout, live: KeyLayout, jobs: Iterable[str], models: Iterable[str],
+def compare(client: Client, replay: KeyLayout, live: KeyLayout, jobs: Iterable[str], models: Iterable[str],
             families: Iterable[str], result: RebuildResult) -> None:
     """Diff every touched hash (and its window) field by field between two prefixes.
 
@@ -180,11 +181,11 @@ def compare(client: redis.Redis, replay: KeyLayout, live: KeyLayout, jobs: Itera
     mismatches = 0
     for i in range(0, len(pairs), COMPARE_BATCH):
         chunk = pairs[i:i + COMPARE_BATCH]
-        pipe = client.pipeline(transaction=False)
+        batch = Batch(client)
         for _, _, rkey, lkey in chunk:
             for key in (rkey, lkey, KeyLayout.window_of(rkey), KeyLayout.window_of(lkey)):
-                pipe.hgetall(key)
-        raw = pipe.execute()
+                batch.hgetall(key)
+        raw = batch.execute()
         for j, (kind, name, _, _) in enumerate(chunk):
             rep, liv, rwin, lwin = (_text(raw[4 * j + k]) for k in range(4))
             result.keys += 1

@@ -18,16 +18,24 @@ DAY_MS = 24 * 3600 * 1000
 
 @dataclass(frozen=True)
 class Topic:
+    """A topic's name, its partitions (None: the deployment's ``Settings.topic_partitions``), config, role."""
+
     name: str
-    partitions: int
+    partitions: int | None
     config: dict[str, str] = field(default_factory=dict)
     doc: str = ""
 
+    def partitions_in(self, settings: Settings) -> int:
+        """The partition count this deployment creates the topic with."""
+        return self.partitions if self.partitions is not None else settings.topic_partitions
 
-SUBMISSIONS = Topic("leap.submissions", 6, {"retention.ms": str(14 * DAY_MS)}, "scheduler -> predictor")
-JOB_STARTS = Topic("leap.job-starts", 6, {"retention.ms": str(90 * DAY_MS)}, "cluster -> feature agents")
-JOB_FINISHES = Topic("leap.job-finishes", 6, {"retention.ms": str(90 * DAY_MS)}, "cluster -> feature agents")
-RANKINGS = Topic("leap.rankings", 6, {"retention.ms": str(14 * DAY_MS)}, "predictor -> scheduler, dashboards")
+
+# The four event streams scale with workers: their partition count is the deployment's, and it
+# bounds how many workers of a role share the load (a partition goes to one worker of a group).
+SUBMISSIONS = Topic("leap.submissions", None, {"retention.ms": str(14 * DAY_MS)}, "scheduler -> predictor")
+JOB_STARTS = Topic("leap.job-starts", None, {"retention.ms": str(90 * DAY_MS)}, "cluster -> feature agents")
+JOB_FINISHES = Topic("leap.job-finishes", None, {"retention.ms": str(90 * DAY_MS)}, "cluster -> feature agents")
+RANKINGS = Topic("leap.rankings", None, {"retention.ms": str(14 * DAY_MS)}, "predictor -> scheduler, dashboards")
 MODELS = Topic(
     "leap.models",
     1,
@@ -78,8 +86,10 @@ def create_topics(settings: Settings, topics: tuple[Topic, ...] = ALL_TOPICS, ti
     admin = AdminClient(settings.confluent_config())
     existing = set(admin.list_topics(timeout=timeout).topics)
     result = {t.name: "exists" for t in topics if t.name in existing}
+    replicated = {"min.insync.replicas": str(settings.topic_min_insync)} if settings.topic_min_insync else {}
     wanted = [
-        NewTopic(t.name, num_partitions=t.partitions, replication_factor=-1, config=dict(t.config))
+        NewTopic(t.name, num_partitions=t.partitions_in(settings), replication_factor=settings.topic_replication,
+                 config={**t.config, **replicated})
         for t in topics
         if t.name not in existing
     ]

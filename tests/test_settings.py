@@ -99,3 +99,26 @@ def test_to_env_round_trips_through_from_env(tmp_path: Path) -> None:
     settings = Settings.from_env(env)
     assert settings.to_env() == env
     assert Settings.from_env(settings.to_env()) == settings
+
+
+def test_redis_cluster_flag_defaults_to_the_local_cluster_and_round_trips() -> None:
+    from core.settings import LOCAL_REDIS_CLUSTER_PORTS
+
+    settings = Settings.from_env({"LEAP_REDIS_CLUSTER": "1"})
+    assert settings.redis_cluster
+    assert settings.redis_url == f"redis://127.0.0.1:{LOCAL_REDIS_CLUSTER_PORTS[0]}/0"
+    again = Settings.from_env(settings.to_env())
+    assert (again.redis_cluster, again.redis_url) == (True, settings.redis_url)
+    assert not Settings.from_env({"LEAP_REDIS_CLUSTER": "0"}).redis_cluster
+    with pytest.raises(ValueError, match="LEAP_REDIS_CLUSTER"):
+        Settings.from_env({"LEAP_REDIS_CLUSTER": "maybe"})
+
+
+def test_event_streams_take_the_deployments_partition_count_and_replication() -> None:
+    from streams.topics import DEAD_LETTER, SUBMISSIONS
+
+    settings = Settings.from_env({"LEAP_TOPIC_PARTITIONS": "24", "LEAP_TOPIC_REPLICATION": "3"})
+    assert (SUBMISSIONS.partitions_in(settings), DEAD_LETTER.partitions_in(settings)) == (24, 3)
+    assert settings.topic_min_insync == 2
+    assert Settings.from_env(settings.to_env()).topic_partitions == 24
+    assert Settings().topic_min_insync == 0  # one broker: the broker's own default
