@@ -113,7 +113,7 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
         broker_credentials=_credentials(settings),
         store="memory://",
         # Faust keeps a small folder per app; under home, not wherever the worker was started.
-        datadir=str(settings.home / "faust" / "{appid}-data"),
+        datadir=str(settings.home / "faust" / "{conf.id}-data"),  # Faust formats it with conf=
         # A killed worker's partitions move on after this long (Faust's default is 60 s, which
         # stopped rankings for a minute); heartbeats go five times per session timeout.
         broker_session_timeout=settings.kafka_session_timeout,
