@@ -107,6 +107,7 @@ def _credentials(settings: Settings) -> Any:
 
 def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust.TopicT]]:
     """A Faust app for one worker role, with a raw-bytes channel per LEAP topic."""
+    (settings.home / "faust").mkdir(parents=True, exist_ok=True)  # Faust makes only the last folder
     app = faust.App(
         consumer_group(role),
         broker=[f"kafka://{hp}" for hp in settings.kafka_bootstrap.split(",")],
