@@ -53,6 +53,9 @@ class FeatureSnapshot:
     completed: int = 0
     failed: int = 0
     preempted: int = 0
+    #: Why the job's own features are missing although it may have some (e.g. its stored hash
+    #: could not be read): the ranking reports it as a fallback. Not part of :meth:`to_json`.
+    fallback: str | None = None
 
     @classmethod
     def of(
@@ -68,7 +71,9 @@ class FeatureSnapshot:
         The names are :data:`features.layout.COUNTERS`, which are this class's counter fields, so
         a counter the store declares but this class lacks fails here instead of being dropped.
         """
-        return cls(prior=prior, lookup_model=lookup_model, lookup_family=lookup_family, pairs=pairs or {}, **counts)
+        # counts holds ints for the int counters only (mypy cannot tell them from ``fallback``)
+        return cls(prior=prior, lookup_model=lookup_model, lookup_family=lookup_family, pairs=pairs or {},
+                   **counts)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, Any]:
         """Compact form recorded in rankings (``features_used``)."""

@@ -21,6 +21,7 @@ costs one pipelined round trip on each node its keys live on.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import cache
@@ -45,6 +46,7 @@ from features.layout import (
     text,
 )
 from features.pairs import (
+    Observation,
     finish_coordinates,
     pair_levels,
     parse_window,
@@ -56,7 +58,10 @@ from features.pairs import (
 )
 from features.redis_batch import Batch, Client, LuaScript
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
+from streams import metrics
 from streams.events import JobFinish, JobStart, Submission
+
+log = logging.getLogger("leap.features")
 
 
 @cache
@@ -110,27 +115,27 @@ class FeatureStore:
     def apply_finishes(self, events: Sequence[JobFinish]) -> list[int]:
         """Apply finish events; returns 1 per applied event, 0 per duplicate.
 
-        Two pipelined round trips per batch: the job scripts and lookup aggregates, then the
+        Two pipelined round trips per batch: the job scripts, then the lookup aggregates and the
         paired-ratio observations the job scripts returned (they live in other Redis Cluster
-        slots, so no one script can write both). A duplicate returns the observations its first
-        application recorded, so a batch retried after a failure between the two completes them.
+        slots, so no one script can write both). The aggregates wait for the job scripts' verdict:
+        when a script refuses its event (an error reply, nothing written), the batch raises before
+        any aggregate is fed, so a dead-lettered finish never reaches a lookup or a pair window.
+        A duplicate returns the observations its first application recorded and feeds the
+        aggregates again (they drop what they hold), so a batch retried after a failure between
+        the two trips, or one by one after a refusal, completes them.
         """
         if not events:
             return []
         batch = Batch(self.client)
-        counts = [self._queue_finish(batch, ev) for ev in events]
-        results = batch.execute()
-        applied, observed, i = [], [], 0
-        for calls in counts:
-            flag, packed = results[i]
-            applied.append(int(flag))
-            observed.append(unpack_observations(text(packed)))
-            i += calls
-        self._add_pairs(events, observed)
+        values = [self._queue_finish(batch, ev) for ev in events]
+        results = batch.execute()  # raises on a refusal: nothing below runs for this batch
+        applied = [int(flag) for flag, _ in results]
+        observed = [unpack_observations(text(packed)) for _, packed in results]
+        self._add_aggregates(events, values, observed)
         return applied
 
-    def _queue_finish(self, batch: Batch, ev: JobFinish) -> int:
-        """Queue one finish's job script and lookup updates; returns how many replies they make."""
+    def _queue_finish(self, batch: Batch, ev: JobFinish) -> str:
+        """Queue one finish's job script; its per-accelerator throughput as sent ('' for none)."""
         lay = self.layout
         eid, hw, t = packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time)
         value = "" if ev.throughput is None else num(per_accelerator(ev.throughput, ev.num_accelerators))
@@ -140,26 +145,25 @@ class FeatureStore:
                   lay.job_outbox(ev.job_key)],
             args=[eid, t, hw, value, counter_field(ev.outcome), JOB_WINDOW, SEEN_TTL_S],
         )
-        if not value:
-            return 1
-        aggregates = [lay.lookup_model(ev.model_type)]
-        if ev.family is not None:
-            aggregates.append(lay.lookup_family(ev.family))
-        for agg in aggregates:
-            batch.script(self._lookup, keys=[agg, lay.window_of(agg)], args=[eid, t, hw, value, LOOKUP_WINDOW])
-        return 1 + len(aggregates)
+        return value
 
-    def _add_pairs(self, events: Sequence[JobFinish], observed: Sequence[list[tuple[str, str]]]) -> None:
-        """Add each finish's paired-ratio observations to its pair windows at every level."""
-        batch = Batch(self.client)
-        for ev, obs in zip(events, observed, strict=True):
-            if not obs:
-                continue
-            eid, t = packable_id(ev.event_id), num(ev.event_time)
-            keys = [self.layout.pairs(level, name) for level, name in pair_levels(ev.model_type, ev.family)]
-            for field, value in stored_values(self._hw(ev.hardware), obs, finish_coordinates(ev)):
+    def _add_aggregates(self, events: Sequence[JobFinish], values: Sequence[str],
+                        observed: Sequence[list[tuple[str, str]]]) -> None:
+        """Feed each accepted finish's throughput to its lookup aggregates and its paired-ratio
+        observations to its pair windows at every level, in one round trip."""
+        lay, batch = self.layout, Batch(self.client)
+        for ev, value, obs in zip(events, values, observed, strict=True):
+            eid, hw, t = packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time)
+            if value:
+                aggregates = [lay.lookup_model(ev.model_type)]
+                if ev.family is not None:
+                    aggregates.append(lay.lookup_family(ev.family))
+                for agg in aggregates:
+                    batch.script(self._lookup, keys=[agg, lay.window_of(agg)], args=[eid, t, hw, value, LOOKUP_WINDOW])
+            keys = [lay.pairs(level, name) for level, name in pair_levels(ev.model_type, ev.family)] if obs else []
+            for field, packed in stored_values(hw, obs, finish_coordinates(ev)):
                 for key in keys:
-                    batch.script(self._pair, keys=[key], args=[field, t, eid, value, PAIR_WINDOW])
+                    batch.script(self._pair, keys=[key], args=[field, t, eid, packed, PAIR_WINDOW])
         if len(batch):
             batch.execute()
 
@@ -199,10 +203,10 @@ class FeatureStore:
             batch.hgetall(self.layout.lookup_family(family))
         raw = batch.execute()
         n, m = len(submissions), len(models)
-        by_model = {name: _parse_lookup(raw[n + i]) for i, name in enumerate(models)}
-        by_family = {name: _parse_lookup(raw[n + m + i]) for i, name in enumerate(families)}
-        snaps = [parse_snapshot(raw[i], by_model[s.model_type], by_family.get(s.family, {}) if s.family else {})
-                 for i, s in enumerate(submissions)]
+        by_model = {name: _parse_lookup(raw[n + i], name) for i, name in enumerate(models)}
+        by_family = {name: _parse_lookup(raw[n + m + i], name) for i, name in enumerate(families)}
+        snaps = [_job_snapshot(raw[i], by_model[s.model_type], by_family.get(s.family, {}) if s.family else {},
+                               s.job_key) for i, s in enumerate(submissions)]
         return self._with_pairs(submissions, snaps)
 
     def _with_pairs(self, submissions: Sequence[Submission], snaps: list[FeatureSnapshot]) -> list[FeatureSnapshot]:
@@ -220,9 +224,7 @@ class FeatureStore:
         replies = iter(batch.execute() if len(batch) else [])
         out = []
         for sub, snap, want, levels_asked in zip(submissions, snaps, wanted, asked, strict=True):
-            windows = {level: {f: parse_window(text(v)) for f, v in zip(fields, next(replies), strict=True)
-                               if v is not None}
-                       for level, fields in levels_asked}
+            windows = {level: _parse_windows(fields, next(replies), level) for level, fields in levels_asked}
             out.append(replace(snap, pairs=summarise_pairs(want, windows, submission_coordinates(sub))))
         return out
 
@@ -260,8 +262,48 @@ def parse_snapshot(
     return FeatureSnapshot.of(prior, model, family, counts)
 
 
-def _parse_lookup(raw: dict[bytes, bytes]) -> dict[str, LookupStat]:
-    return {text(field): parse_lookup_field(text(value)) for field, value in raw.items()}
+#: Ranking fallback of a job whose stored hash could not be read (it is ranked as if it had no prior).
+UNREADABLE_JOB = "unreadable_job_features"
+
+
+def _unreadable(kind: str, name: str, exc: ValueError) -> None:
+    metrics.UNREADABLE_FEATURES.labels(kind).inc()
+    log.warning("unreadable %s features of %r, left out: %s", kind, name[:120], exc)
+
+
+def _job_snapshot(job: dict[bytes, bytes], model: dict[str, LookupStat], family: dict[str, LookupStat],
+                  job_key: str) -> FeatureSnapshot:
+    """:func:`parse_snapshot`, or, when the job's hash cannot be read, a snapshot without the job's
+    own features that says so: one corrupt job must not fail the batch of other jobs it is read with."""
+    try:
+        return parse_snapshot(job, model, family)
+    except ValueError as exc:  # UnicodeDecodeError included
+        _unreadable("job", job_key, exc)
+        return FeatureSnapshot(lookup_model=model, lookup_family=family, fallback=UNREADABLE_JOB)
+
+
+def _parse_lookup(raw: dict[bytes, bytes], name: str) -> dict[str, LookupStat]:
+    """A lookup aggregate's fields, parsed; an unreadable field is left out (and counted)."""
+    out = {}
+    for field, value in raw.items():
+        try:
+            out[text(field)] = parse_lookup_field(text(value))
+        except ValueError as exc:
+            _unreadable("lookup", name, exc)
+    return out
+
+
+def _parse_windows(fields: Sequence[str], values: Sequence[bytes | None], level: str) -> dict[str, list[Observation]]:
+    """Pair windows as read by ``HMGET``, parsed; an absent or unreadable one is left out."""
+    out = {}
+    for field, value in zip(fields, values, strict=True):
+        if value is None:
+            continue
+        try:
+            out[field] = parse_window(text(value))
+        except ValueError as exc:
+            _unreadable("pairs", f"{level}:{field}", exc)
+    return out
 
 
 def redis_client(settings: Settings) -> Client:

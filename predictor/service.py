@@ -100,7 +100,8 @@ class RankingService:
             priced = rank_candidates(
                 sub.candidates, sub.num_accelerators, pred[span], lower[span], upper[span], reasons, self.catalogue
             )
-            fallbacks = sorted({r for r in (c["reason"] for c in priced.candidates) if r})
+            fallbacks = sorted({r for r in (c["reason"] for c in priced.candidates) if r}
+                               | ({snap.fallback} if snap.fallback else set()))
             if active.fallback:
                 fallbacks.insert(0, active.fallback)
             now = time.time()

@@ -9,18 +9,24 @@ cannot drift apart. Nothing here knows a particular event type.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 
 class EventError(ValueError):
-    """An event that cannot be accepted. ``reason`` is a short stable code for metrics."""
+    """An event that cannot be accepted. ``reason`` is a short stable code for metrics.
 
-    def __init__(self, reason: str, message: str) -> None:
+    ``field`` names the offending field as ``event.name`` (``submission.params``) when one field is
+    to blame, so that tools can say how to fix it; None for what concerns the whole message.
+    """
+
+    def __init__(self, reason: str, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.field = field
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
@@ -29,12 +35,20 @@ class EventError(ValueError):
 #: The JSON types a field can have.
 KINDS = ("str", "int", "float", "strlist", "object", "records")
 
+#: Dead-letter reasons of the checks here (with ``missing_field`` and ``bad_field``): a number or
+#: a time outside its documented bounds, and a name that starts with a marker the store reserves.
+OUT_OF_RANGE = "out_of_range"
+TIME_OUT_OF_RANGE = "time_out_of_range"
+RESERVED_NAME = "reserved_name"
+
 
 @dataclass(frozen=True)
 class Field:
     """One field of an event: its JSON type and constraints.
 
     ``kind`` is one of ``str``, ``int``, ``float``, ``strlist``, ``object``, ``records``.
+    ``range_reason`` is the dead-letter reason of a number outside ``minimum``/``maximum`` (times
+    have their own); ``reserved_prefix`` refuses strings (and list items) that start with it.
     """
 
     name: str
@@ -52,6 +66,8 @@ class Field:
     max_items: int | None = None
     items: tuple[Field, ...] | None = None  # for kind == "records"
     default: Any = None
+    range_reason: str = OUT_OF_RANGE
+    reserved_prefix: str | None = None
 
     def __post_init__(self) -> None:
         # Checked once, when the spec is written, so validation can dispatch without a guard.
@@ -69,6 +85,12 @@ def type_name(value: Any) -> str:
 # ---------------------------------------------------------------- validation
 
 
+def _check_reserved(where: str, spec: Field, value: str) -> None:
+    if spec.reserved_prefix is not None and value.startswith(spec.reserved_prefix):
+        raise EventError(RESERVED_NAME, f"{where}: {value[:80]!r} starts with {spec.reserved_prefix!r}, which "
+                                        f"marks the feature store's own fields; use a name that does not")
+
+
 def _check_str(where: str, spec: Field, value: Any) -> str:
     if not isinstance(value, str) or len(value) < spec.min_len:
         wanted = "a non-empty string" if spec.min_len else "a string"
@@ -77,6 +99,7 @@ def _check_str(where: str, spec: Field, value: Any) -> str:
         raise EventError("bad_field", f"{where}: longer than {spec.max_len} characters")
     if spec.choices is not None and value not in spec.choices:
         raise EventError("bad_field", f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
+    _check_reserved(where, spec, value)
     return value
 
 
@@ -94,11 +117,11 @@ def _check_number(where: str, spec: Field, value: Any) -> int | float:
         if not math.isfinite(value):
             raise EventError("not_finite", f"{where}: must be finite, got {value!r}")
     if spec.minimum is not None and value < spec.minimum:
-        raise EventError("out_of_range", f"{where}: must be >= {spec.minimum:g}, got {value!r}")
+        raise EventError(spec.range_reason, f"{where}: must be >= {spec.minimum:.15g}, got {value!r}")
     if spec.exclusive_minimum is not None and value <= spec.exclusive_minimum:
-        raise EventError("out_of_range", f"{where}: must be > {spec.exclusive_minimum:g}, got {value!r}")
+        raise EventError(spec.range_reason, f"{where}: must be > {spec.exclusive_minimum:.15g}, got {value!r}")
     if spec.maximum is not None and value > spec.maximum:
-        raise EventError("out_of_range", f"{where}: must be <= {spec.maximum:g}, got {value!r}")
+        raise EventError(spec.range_reason, f"{where}: must be <= {spec.maximum:.15g}, got {value!r}")
     return value
 
 
@@ -112,6 +135,9 @@ def _check_strlist(where: str, spec: Field, value: Any) -> tuple[str, ...]:
     for item in value:
         if not isinstance(item, str) or not item:
             raise EventError("bad_field", f"{where}: items must be non-empty strings, got {item!r}")
+        if spec.max_len is not None and len(item) > spec.max_len:
+            raise EventError("bad_field", f"{where}: items must be at most {spec.max_len} characters")
+        _check_reserved(where, spec, item)
     return tuple(value)
 
 
@@ -174,28 +200,41 @@ def validate_fields(event: str, specs: tuple[Field, ...], payload: Mapping[str, 
         name = spec.name
         if name not in payload:
             if spec.required:
-                raise EventError("missing_field", f"{event}.{name}: required field is missing")
+                raise EventError("missing_field", f"{event}.{name}: required field is missing", f"{event}.{name}")
             values[name] = spec.default
             continue
         value = payload[name]
         if value is None:
             if not spec.nullable:
-                raise EventError("bad_field", f"{event}.{name}: must not be null")
+                raise EventError("bad_field", f"{event}.{name}: must not be null", f"{event}.{name}")
             values[name] = None
             continue
-        values[name] = _CHECKS[spec.kind](f"{event}.{name}", spec, value)
+        try:
+            values[name] = _CHECKS[spec.kind](f"{event}.{name}", spec, value)
+        except EventError as exc:
+            if exc.field is None:  # a nested record's item has already named itself
+                exc.field = f"{event}.{name}"
+            raise
     return values
 
 
 # ---------------------------------------------------------------- JSON Schema
 
 
+def _string_limits(spec: Field) -> dict[str, Any]:
+    """maxLength and the reserved prefix of a string (or of a list's items) as JSON Schema."""
+    out: dict[str, Any] = {}
+    if spec.max_len is not None:
+        out["maxLength"] = spec.max_len
+    if spec.reserved_prefix is not None:
+        out["not"] = {"pattern": "^" + re.escape(spec.reserved_prefix)}
+    return out
+
+
 def _field_schema(spec: Field) -> dict[str, Any]:
     out: dict[str, Any]
     if spec.kind == "str":
-        out = {"type": "string", "minLength": spec.min_len}
-        if spec.max_len is not None:
-            out["maxLength"] = spec.max_len
+        out = {"type": "string", "minLength": spec.min_len, **_string_limits(spec)}
         if spec.choices is not None:
             out["enum"] = list(spec.choices)
     elif spec.kind in ("int", "float"):
@@ -207,7 +246,7 @@ def _field_schema(spec: Field) -> dict[str, Any]:
         if spec.maximum is not None:
             out["maximum"] = spec.maximum
     elif spec.kind == "strlist":
-        out = {"type": "array", "items": {"type": "string", "minLength": 1}}
+        out = {"type": "array", "items": {"type": "string", "minLength": 1, **_string_limits(spec)}}
         if spec.min_items is not None:
             out["minItems"] = spec.min_items
         if spec.max_items is not None:

@@ -8,6 +8,31 @@ the descriptions and the event classes.
 
 Values are JSON (orjson); times are Unix seconds (float, UTC); throughput is samples per
 second summed over all accelerators of the attempt.
+
+Sanity bounds. Every number an event brings in has bounds, published in the schemas, and a value
+outside them is dead-lettered (``out_of_range``; times ``time_out_of_range``) instead of being
+ranked or stored. The bounds are wide enough for any real training job and narrow enough to
+catch unit mistakes (milliseconds for seconds, bytes for parameters, tokens for samples):
+
+- times (:data:`EARLIEST_TIME`, :data:`LATEST_TIME`): 2000-01-01 to 2100-01-01 UTC. A time in
+  milliseconds (1.7e12) or a small number (1.0) is refused. The bound is fixed, not "now plus a
+  margin": a JSON Schema can state it, a replay of a topic judges an event exactly as the worker
+  did, and the simulator (``leap demo``, the benchmarks) runs its clock days ahead of the wall
+  clock on purpose. Clock skew is what ``since_submit_ms`` in rankings shows, not a reason to drop.
+- ``params`` (:data:`MAX_PARAMS`, 1e15): the largest published models hold ~2e12 parameters,
+  recommendation models with their embedding tables up to ~1e14.
+- ``global_batch_size`` (:data:`MAX_BATCH`, 1e8 samples): published global batches reach ~1e6
+  samples; a batch given in tokens (4M) still fits, 1e12 does not.
+- ``seq_len`` (:data:`MAX_SEQ_LEN`, 2^24): 10M-token contexts exist; images are far smaller.
+- ``num_accelerators`` and parallel degrees (:data:`MAX_ACCELERATORS`, 2^20): single jobs run on
+  ~1e5 accelerators today.
+- ``throughput`` (:data:`MAX_THROUGHPUT`, 1e10 samples/s): 2^20 accelerators at 1e4 samples/s.
+- ``accelerator_hours`` (:data:`MAX_ACCELERATOR_HOURS`, 1e10): 2^20 accelerators for a year.
+
+Hardware names may not start with :data:`core.keyspace.RESERVED_PREFIX` (``reserved_name``):
+the feature store keeps its own fields beside them. What LEAP itself computes (predictions,
+costs, latencies in rankings) is bounded below and finite, but not above: a bound there would
+turn a model's extrapolation into a lost ranking.
 """
 
 from __future__ import annotations
@@ -20,7 +45,8 @@ from typing import Any, ClassVar, TypeVar
 import orjson
 
 # EventError and Field stay importable from here, beside the events whose contracts they carry.
-from streams.contract import EventError, Field, object_schema, type_name, validate_fields
+from core.keyspace import RESERVED_PREFIX
+from streams.contract import TIME_OUT_OF_RANGE, EventError, Field, object_schema, type_name, validate_fields
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
@@ -35,11 +61,43 @@ OUTCOMES = ("completed", "failed", "preempted")
 
 #: Longest id (job_key, attempt_id, model_type) accepted.
 ID_LEN = 256
+#: Longest hardware name accepted.
+HARDWARE_LEN = 64
+#: Most candidates a submission may list (and so the largest rank).
+MAX_CANDIDATES = 64
+
+#: Sanity bounds (module docstring): 2000-01-01 and 2100-01-01 UTC, Unix seconds.
+EARLIEST_TIME = 946_684_800.0
+LATEST_TIME = 4_102_444_800.0
+MAX_PARAMS = 1e15
+MAX_BATCH = 100_000_000
+MAX_SEQ_LEN = 2**24
+MAX_ACCELERATORS = 2**20
+MAX_THROUGHPUT = 1e10
+MAX_ACCELERATOR_HOURS = 1e10
+
+
+def time_field(name: str, doc: str, **kw: Any) -> Field:
+    """A Unix-seconds field within [:data:`EARLIEST_TIME`, :data:`LATEST_TIME`]."""
+    return Field(name, "float", f"{doc} Unix seconds (UTC), 2000-01-01 to 2100-01-01.", minimum=EARLIEST_TIME,
+                 maximum=LATEST_TIME, range_reason=TIME_OUT_OF_RANGE, **kw)
+
+
+def hardware_field(name: str, doc: str, **kw: Any) -> Field:
+    """A hardware type's name: at most :data:`HARDWARE_LEN` characters, never the store's marker."""
+    return Field(name, "str", doc, max_len=HARDWARE_LEN, reserved_prefix=RESERVED_PREFIX,
+                 **kw)
+
+
+def count_field(name: str, doc: str, maximum: int, **kw: Any) -> Field:
+    """A positive integer up to ``maximum``."""
+    return Field(name, "int", doc, minimum=1, maximum=maximum, **kw)
+
 
 COMMON_FIELDS: tuple[Field, ...] = (
     Field("schema_version", "int", "Contract version; this code reads 1.", minimum=1),
     Field("event_id", "str", "Unique id of this event; used to drop duplicates.", max_len=128),
-    Field("event_time", "float", "When the event happened, Unix seconds (UTC).", exclusive_minimum=0),
+    time_field("event_time", "When the event happened."),
     Field("job_key", "str", "Names the job across attempts (also the Kafka key).", max_len=ID_LEN),
 )
 
@@ -49,33 +107,26 @@ SUBMISSION_FIELDS: tuple[Field, ...] = (
     Field("model_type", "str", "Model type, e.g. 'llama-7b'.", max_len=ID_LEN),
     Field("family", "str", "Model family, e.g. 'dense_lm', 'moe', 'vision_cnn'; null or absent: unknown.",
           max_len=64, required=False, nullable=True),
-    Field("params", "float", "Parameter count; null or absent: unknown.", exclusive_minimum=0, required=False,
-          nullable=True),
-    Field("global_batch_size", "int", "Global batch size in samples.", minimum=1),
-    Field("seq_len", "int", "Sequence length (tokens) or input size (pixels per side); null or absent: unknown.",
-          minimum=1, required=False, nullable=True),
+    Field("params", "float", "Parameter count; null or absent: unknown.", exclusive_minimum=0, maximum=MAX_PARAMS,
+          required=False, nullable=True),
+    count_field("global_batch_size", "Global batch size in samples.", MAX_BATCH),
+    count_field("seq_len", "Sequence length (tokens) or input size (pixels per side); null or absent: unknown.",
+                MAX_SEQ_LEN, required=False, nullable=True),
     Field("precision", "str", "Training precision; null or absent: unknown.", choices=PRECISIONS, required=False,
           nullable=True),
-    Field("num_accelerators", "int", "Accelerators the attempt asks for.", minimum=1, maximum=65536),
-    Field("data_parallel", "int", "Data-parallel degree; null or absent: unknown.", minimum=1, required=False,
-          nullable=True),
-    Field("tensor_parallel", "int", "Tensor-parallel degree; null or absent: unknown.", minimum=1, required=False,
-          nullable=True),
-    Field("pipeline_parallel", "int", "Pipeline-parallel degree; null or absent: unknown.", minimum=1,
-          required=False, nullable=True),
+    count_field("num_accelerators", "Accelerators the attempt asks for.", MAX_ACCELERATORS),
+    count_field("data_parallel", "Data-parallel degree; null or absent: unknown.", MAX_ACCELERATORS,
+                required=False, nullable=True),
+    count_field("tensor_parallel", "Tensor-parallel degree; null or absent: unknown.", MAX_ACCELERATORS,
+                required=False, nullable=True),
+    count_field("pipeline_parallel", "Pipeline-parallel degree; null or absent: unknown.", MAX_ACCELERATORS,
+                required=False, nullable=True),
     Field("framework", "str", "Training framework, e.g. 'pytorch', 'jax'; null or absent: unknown.", max_len=64,
           required=False, nullable=True),
-    Field(
-        "candidates", "strlist", "Candidate hardware types to rank.", min_items=1, max_items=64
-    ),
-    Field(
-        "requested_hardware",
-        "str",
-        "Hardware the user asked for (default routing when no ranking arrives).",
-        required=False,
-        nullable=True,
-        max_len=64,
-    ),
+    Field("candidates", "strlist", "Candidate hardware types to rank.", min_items=1, max_items=MAX_CANDIDATES,
+          max_len=HARDWARE_LEN, reserved_prefix=RESERVED_PREFIX),
+    hardware_field("requested_hardware", "Hardware the user asked for (default routing when no ranking arrives).",
+                   required=False, nullable=True),
 )
 
 START_FIELDS: tuple[Field, ...] = (
@@ -83,8 +134,8 @@ START_FIELDS: tuple[Field, ...] = (
     Field("attempt_id", "str", "Names this attempt of the job.", max_len=ID_LEN),
     Field("model_type", "str", "Model type.", max_len=ID_LEN),
     Field("family", "str", "Model family; null or absent: unknown.", max_len=64, required=False, nullable=True),
-    Field("hardware", "str", "Hardware type the attempt was placed on.", max_len=64),
-    Field("num_accelerators", "int", "Accelerators used.", minimum=1, maximum=65536),
+    hardware_field("hardware", "Hardware type the attempt was placed on."),
+    count_field("num_accelerators", "Accelerators used.", MAX_ACCELERATORS),
 )
 
 FINISH_FIELDS: tuple[Field, ...] = (
@@ -95,24 +146,26 @@ FINISH_FIELDS: tuple[Field, ...] = (
         "Measured throughput, samples/s over all accelerators; null when nothing was measured.",
         nullable=True,
         exclusive_minimum=0,
+        maximum=MAX_THROUGHPUT,
     ),
-    Field("accelerator_hours", "float", "Accelerator-hours the attempt used.", minimum=0),
+    Field("accelerator_hours", "float", "Accelerator-hours the attempt used.", minimum=0,
+          maximum=MAX_ACCELERATOR_HOURS),
     Field("outcome", "str", "How the attempt ended.", choices=OUTCOMES),
-    Field("start_time", "float", "When the attempt started, Unix seconds.", exclusive_minimum=0),
-    Field("global_batch_size", "int", "Global batch size the attempt ran with; null or absent: unknown.", minimum=1,
-          required=False, nullable=True),
+    time_field("start_time", "When the attempt started."),
+    count_field("global_batch_size", "Global batch size the attempt ran with; null or absent: unknown.", MAX_BATCH,
+                required=False, nullable=True),
     Field("precision", "str", "Precision the attempt ran with; null or absent: unknown.", choices=PRECISIONS,
           required=False, nullable=True),
 )
 
 CANDIDATE_FIELDS: tuple[Field, ...] = (
-    Field("hardware", "str", "Hardware type as given in the submission.", max_len=64),
+    hardware_field("hardware", "Hardware type as given in the submission."),
     Field("predicted_throughput", "float", "Predicted samples/s.", nullable=True, minimum=0),
     Field("lower", "float", "Lower end of the uncertainty band (samples/s).", nullable=True, minimum=0),
     Field("upper", "float", "Upper end of the uncertainty band (samples/s).", nullable=True, minimum=0),
-    Field("hourly_cost", "float", "USD per hour for all accelerators of the attempt.", nullable=True),
+    Field("hourly_cost", "float", "USD per hour for all accelerators of the attempt.", nullable=True, minimum=0),
     Field("throughput_per_dollar", "float", "Predicted samples per USD.", nullable=True, minimum=0),
-    Field("rank", "int", "1 = best throughput per dollar; null when unranked.", nullable=True, minimum=1),
+    count_field("rank", "1 = best throughput per dollar; null when unranked.", MAX_CANDIDATES, nullable=True),
     Field("reason", "str", "Why the candidate is unranked or used a fallback.", nullable=True),
 )
 
@@ -120,7 +173,7 @@ RANKING_FIELDS: tuple[Field, ...] = (
     *COMMON_FIELDS,
     Field("attempt_id", "str", "The ranked attempt.", max_len=ID_LEN),
     Field("submission_event_id", "str", "event_id of the submission ranked.", max_len=128),
-    Field("submission_time", "float", "event_time of the submission.", exclusive_minimum=0),
+    time_field("submission_time", "event_time of the submission."),
     Field("model_version", "str", "Model that produced the predictions.", max_len=128),
     Field("candidates", "records", "Every candidate, ranked or not.", items=CANDIDATE_FIELDS),
     Field("best_hardware", "str", "Rank-1 hardware, null when nothing could be ranked.", nullable=True),
@@ -135,10 +188,10 @@ RANKING_FIELDS: tuple[Field, ...] = (
 DEAD_LETTER_FIELDS: tuple[Field, ...] = (
     Field("schema_version", "int", "Contract version.", minimum=1),
     Field("event_id", "str", "Unique id of the dead letter.", max_len=128),
-    Field("event_time", "float", "When the event was rejected.", exclusive_minimum=0),
+    time_field("event_time", "When the event was rejected."),
     Field("source_topic", "str", "Topic the bad event was read from."),
-    Field("partition", "int", "Partition of the bad event.", minimum=0),
-    Field("offset", "int", "Offset of the bad event.", minimum=0),
+    Field("partition", "int", "Partition of the bad event.", minimum=0, maximum=2**31 - 1),
+    Field("offset", "int", "Offset of the bad event.", minimum=0, maximum=2**63 - 1),
     Field("key", "str", "Message key as text (lossy), null when absent.", nullable=True, required=False,
           min_len=0),
     Field("raw_base64", "str", "The message value, byte for byte, base64-encoded: \"\" for an empty value, null "
@@ -151,7 +204,7 @@ DEAD_LETTER_FIELDS: tuple[Field, ...] = (
 MODEL_FIELDS: tuple[Field, ...] = (
     Field("schema_version", "int", "Contract version.", minimum=1),
     Field("event_id", "str", "Unique id of the announcement.", max_len=128),
-    Field("event_time", "float", "When the model was promoted.", exclusive_minimum=0),
+    time_field("event_time", "When the model was promoted."),
     Field("model_version", "str", "Version now current.", max_len=128),
     Field("kind", "str", "Model kind.", choices=("lightgbm", "lookup")),
     Field("artifact", "str", "Path or URI of the artifact folder.", nullable=True, required=False),

@@ -31,6 +31,11 @@ DEPENDENCY_UP = Gauge(
     "leap_dependency_up", "1 while the dependency answers, 0 while batches wait for it (nothing is committed)",
     ["dependency"],
 )
+UNREADABLE_FEATURES = Counter(
+    "leap_unreadable_features_total",
+    "Stored feature values a read could not parse: a job's (the job fell back to no prior) or one field of a "
+    "lookup or pair aggregate (skipped)", ["kind"],
+)
 MODEL = Info("leap_model", "Model in use by this predictor")
 FALLBACKS = Counter("leap_ranking_fallbacks_total", "Rankings that used a fallback", ["reason"])
 
