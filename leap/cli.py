@@ -20,7 +20,6 @@ from dashboard.cli import dashboard_cmd
 from fleet import cli as fleet_cli
 from replay.cli import app as replay_app
 from services.cli import app as services_app
-from streams.events import EventError, Submission
 from training import cli as training_cli
 from training.alternatives.command import alternatives_cmd
 from training.measurements import evaluate_measurements_cmd
@@ -113,27 +112,27 @@ def submit(
     wait: Annotated[bool, typer.Option(help="Wait for and print each ranking.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for rankings.")] = 30.0,
 ) -> None:
-    """Publish submissions and print their rankings as JSON lines."""
+    """Publish submissions and print their rankings as JSON lines.
+
+    A line may leave out schema_version, event_id and event_time: they are filled in (and shown).
+    """
+    from leap.submit import read_submissions
     from streams.client import SchedulerClient
 
     if str(file) != "-" and not file.is_file():
-        raise fail(f"{file}: no such file")
+        raise fail(f"{file}: no such file. Fix: give a file of JSON lines, or '-' to read standard input")
     lines = sys.stdin.read().splitlines() if str(file) == "-" else file.read_text().splitlines()
-    subs: list[Submission] = []
-    errors = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            subs.append(Submission.decode(line.encode()))
-        except EventError as exc:
-            errors.append(f"line {number}: {exc}")
-    if errors:
-        for e in errors:
-            console.print(f"[red]{e}[/]")
-        raise fail(f"{len(errors)} invalid submission(s); nothing was published")
-    if not subs:
-        raise fail(f"{file}: no submissions")
+    read = read_submissions(lines)
+    if read.refusals:
+        for refusal in read.refusals:
+            console.print(refusal, markup=False, highlight=False, style="red", soft_wrap=True)
+        raise fail(f"{len(read.refusals)} invalid submission(s); nothing was published")
+    if not read.submissions:
+        raise fail(f"{file}: no submissions. Fix: write one JSON object per line")
+    for number, filled in read.filled:
+        console.print(f"line {number}: filled in " + ", ".join(f"{k}={v}" for k, v in filled.items()),
+                      markup=False, highlight=False, soft_wrap=True)
+    subs = read.submissions
     with SchedulerClient(Settings.from_env(), follow_rankings=wait) as client:
         for sub in subs:
             client.publish(sub)
@@ -146,7 +145,8 @@ def submit(
                     print(got[sub.attempt_id][0].encode().decode())
             missing = len(subs) - len(got)
             if missing:
-                raise fail(f"{missing} ranking(s) did not arrive within {timeout}s", code=1)
+                raise fail(f"{missing} ranking(s) did not arrive within {timeout}s. Fix: check that a predictor "
+                           "runs (`leap worker predictor` or `all`), or wait longer with --timeout", code=1)
 
 
 @app.command()

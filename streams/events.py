@@ -235,6 +235,7 @@ class Event:
                 "unknown_schema_version",
                 f"{cls.NAME}.schema_version: {version!r} is not supported "
                 f"(supported: {sorted(SUPPORTED_SCHEMA_VERSIONS)})",
+                f"{cls.NAME}.schema_version",
             )
         values = validate_fields(cls.NAME, cls.FIELDS, payload)
         event = cls(**values)
@@ -313,7 +314,7 @@ class Submission(Event):
                 f"but num_accelerators = {self.num_accelerators}",
             )
         if len(set(self.candidates)) != len(self.candidates):
-            raise EventError("bad_field", "submission.candidates: duplicate hardware types")
+            raise EventError("bad_field", "submission.candidates: duplicate hardware types", "submission.candidates")
 
 
 @_event("job_start", START_FIELDS)
@@ -351,7 +352,8 @@ class JobFinish(Event):
 
     def _check_rules(self) -> None:
         if self.outcome == "completed" and self.throughput is None:
-            raise EventError("missing_field", "job_finish.throughput: required when outcome is 'completed'")
+            raise EventError("missing_field", "job_finish.throughput: required when outcome is 'completed'",
+                             "job_finish.throughput")
         if self.start_time > self.event_time:
             raise EventError("inconsistent", "job_finish: start_time is after event_time (the finish)")
 
