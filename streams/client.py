@@ -118,14 +118,17 @@ class SchedulerClient:
                 yield ranking, time.time()
 
     def wait_for(self, attempt_ids: Iterable[str], timeout: float = 30.0) -> dict[str, tuple[Ranking, float]]:
-        """Collect the rankings of the given attempts (or as many as arrive before ``timeout``)."""
+        """Collect the rankings of the given attempts (or as many as arrive before ``timeout``).
+
+        A redelivered ranking does not replace the first: the time is when the first arrived.
+        """
         wanted = set(attempt_ids)
         got: dict[str, tuple[Ranking, float]] = {}
         deadline = time.monotonic() + timeout
         while wanted - got.keys() and time.monotonic() < deadline:
             for ranking, at in self.rankings(timeout=min(0.5, max(0.0, deadline - time.monotonic()))):
                 if ranking.attempt_id in wanted:
-                    got[ranking.attempt_id] = (ranking, at)
+                    got.setdefault(ranking.attempt_id, (ranking, at))
         return got
 
     def close(self) -> None:

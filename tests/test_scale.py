@@ -1,0 +1,164 @@
+"""Several workers per role share the topics by partitions; workers join and leave while events flow.
+
+Two feature workers and two predictor workers start in their consumer groups; while a producer
+publishes finishes, starts and submissions, a third of each joins and a first of each leaves.
+Afterwards: every submission has a ranking, the rankings of one job came in submission order,
+and the features in Redis equal a clean single pass over the same events (``rebuild-features``),
+so no finish was counted twice or lost.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+from confluent_kafka.admin import AdminClient
+from typer.testing import CliRunner
+
+from core.settings import Settings
+from features.keys import KeyLayout
+from replay.cli import app
+from services.workers import WorkerProcess
+from streams.client import SchedulerClient
+from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS, consumer_group, skip_to_end
+from tests.conftest import wait_until_ranking
+from tests.factories import T0, finish_dict, start, submission
+
+pytestmark = [pytest.mark.scale, pytest.mark.integration]
+
+JOBS = 24
+ROUNDS = 10  # per job: one finish, one start and one submission per round
+HARDWARE = ("H100-SXM", "A100-80GB", "MI300X", "L4")
+
+
+@pytest.fixture
+def scale_settings(settings: Settings, run_id: str) -> Settings:
+    """The shared broker and Redis, under a key prefix of this test alone."""
+    scaled = replace(settings, key_prefix=f"scale-{run_id}")
+    skip_to_end(scaled, consumer_group("features"), (JOB_STARTS.name, JOB_FINISHES.name))
+    skip_to_end(scaled, consumer_group("predictor"), (SUBMISSIONS.name,))
+    return scaled
+
+
+class Workers:
+    """Named worker processes of one test, all under the same settings."""
+
+    def __init__(self, settings: Settings, folder: Path) -> None:
+        self.settings, self.folder = settings, folder
+        self.running: dict[str, WorkerProcess] = {}
+
+    def add(self, name: str, role: str) -> WorkerProcess:
+        self.running[name] = WorkerProcess(self.settings, role, self.folder / f"{name}.log")
+        return self.running[name]
+
+    def __getitem__(self, name: str) -> WorkerProcess:
+        return self.running[name]
+
+    def stop_all(self) -> None:
+        for proc in self.running.values():
+            if proc.alive():
+                proc.stop()
+
+
+@pytest.fixture
+def pool(scale_settings: Settings, tmp_path: Path) -> Iterator[Workers]:
+    workers = Workers(scale_settings, tmp_path)
+    try:
+        yield workers
+    finally:
+        workers.stop_all()
+
+
+def _events(run: str, rng: random.Random) -> list[tuple[str, str, bytes]]:
+    """(topic, key, value) of every round of every job, in publishing order."""
+    out = []
+    for k in range(ROUNDS):
+        for j in range(JOBS):
+            job = f"{run}-job{j}"
+            hw = HARDWARE[(j + k) % len(HARDWARE)]
+            fin = finish_dict(job, f"{run}-f{j}-{k}", T0 + 60 * k + j, hw, round(rng.uniform(50, 500), 3),
+                              model_type=f"{run}-m{j % 3}", family=f"{run}-fam")
+            st = start(job, f"{run}-s{j}-{k}", T0 + 60 * k + j - 30, hw).to_dict()
+            sub = submission(job, k, model_type=f"{run}-m{j % 3}", family=f"{run}-fam").to_dict()
+            out += [(JOB_FINISHES.name, job, orjson.dumps(fin)), (JOB_STARTS.name, job, orjson.dumps(st)),
+                    (SUBMISSIONS.name, job, orjson.dumps(sub))]
+    return out
+
+
+def _publish_slowly(settings: Settings, events: list[tuple[str, str, bytes]], seconds: float) -> None:
+    with SchedulerClient(settings, follow_rankings=False) as client:
+        pause = seconds / len(events)
+        for topic, key, value in events:
+            client.publish_raw(topic, key, value)
+            time.sleep(pause)
+        client.flush()
+
+
+def _wait_applied(rds: redis.Redis, prefix: str, jobs: list[str], per_job: int, timeout: float = 120) -> None:
+    layout = KeyLayout(prefix)
+    deadline = time.monotonic() + timeout
+    counts: list[int] = []
+    while time.monotonic() < deadline:
+        pipe = rds.pipeline(transaction=False)
+        for job in jobs:
+            pipe.hmget(layout.job(job), "_starts", "_completed")
+        counts = [sum(int(v or 0) for v in row) for row in pipe.execute()]
+        if all(c >= per_job for c in counts):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"features not applied within {timeout}s: {counts}")
+
+
+def test_workers_join_and_leave_while_events_flow(scale_settings: Settings, pool: Workers, rds: redis.Redis,
+                                                  run_id: str) -> None:
+    for name, role in (("f1", "features"), ("f2", "features"), ("p1", "predictor"), ("p2", "predictor")):
+        pool.add(name, role)
+    wait_until_ranking(scale_settings, pool["p1"])
+    events = _events(run_id, random.Random(7))
+    started = time.time() - 2
+    with SchedulerClient(scale_settings) as client:
+        producer = threading.Thread(target=_publish_slowly, args=(scale_settings, events, 24.0))
+        producer.start()
+        time.sleep(6)
+        pool.add("f3", "features")
+        pool.add("p3", "predictor")
+        time.sleep(6)
+        assert pool["f1"].stop() == 0 and pool["p1"].stop() == 0  # leave gracefully, mid-stream
+        producer.join()
+        attempts = [f"{run_id}-job{j}-att-{k}" for j in range(JOBS) for k in range(ROUNDS)]
+        got = client.wait_for(attempts, timeout=120)
+    missing = sorted(set(attempts) - set(got))
+    assert not missing, f"{len(missing)} submissions without a ranking, e.g. {missing[:3]}"
+    for j in range(JOBS):
+        arrivals = [got[f"{run_id}-job{j}-att-{k}"][1] for k in range(ROUNDS)]
+        assert arrivals == sorted(arrivals), f"rankings of job {j} out of order"
+
+    jobs = [f"{run_id}-job{j}" for j in range(JOBS)]
+    _wait_applied(rds, scale_settings.key_prefix, jobs, per_job=2 * ROUNDS)
+    env = {"LEAP_KAFKA_BOOTSTRAP": scale_settings.kafka_bootstrap, "LEAP_REDIS_URL": scale_settings.redis_url,
+           "LEAP_KEY_PREFIX": scale_settings.key_prefix}
+    result = CliRunner().invoke(app, ["rebuild-features", "--from", str(round(started, 3)),
+                                      "--job", f"{run_id}-*", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    out = orjson.loads(result.stdout)
+    assert out["events"] == 2 * JOBS * ROUNDS and out["duplicates"] == 0
+    assert out["mismatches"] == 0, out["details"]
+    for name in ("f2", "f3", "p2", "p3"):
+        assert pool[name].alive(), pool[name].log_tail()
+    for role in ("features", "predictor"):
+        shares = _assignments(scale_settings, consumer_group(role))
+        assert len(shares) == 2 and all(shares), f"{role}: partitions per member {shares}"
+
+
+def _assignments(settings: Settings, group: str) -> list[int]:
+    """Partitions each live member of ``group`` holds (the leavers are gone, the joiners share)."""
+    admin = AdminClient(settings.confluent_config())
+    described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    return [len(m.assignment.topic_partitions) for m in described.members]
