@@ -19,14 +19,16 @@ catch unit mistakes (milliseconds for seconds, bytes for parameters, tokens for 
   margin": a JSON Schema can state it, a replay of a topic judges an event exactly as the worker
   did, and the simulator (``leap demo``, the benchmarks) runs its clock days ahead of the wall
   clock on purpose. Clock skew is what ``since_submit_ms`` in rankings shows, not a reason to drop.
-- ``params`` (:data:`MAX_PARAMS`, 1e15): the largest published models hold ~2e12 parameters,
-  recommendation models with their embedding tables up to ~1e14.
+- ``params`` (1 to :data:`MAX_PARAMS`, 1e15): the largest published models hold ~2e12
+  parameters, recommendation models with their embedding tables up to ~1e14.
 - ``global_batch_size`` (:data:`MAX_BATCH`, 1e8 samples): published global batches reach ~1e6
   samples; a batch given in tokens (4M) still fits, 1e12 does not.
 - ``seq_len`` (:data:`MAX_SEQ_LEN`, 2^24): 10M-token contexts exist; images are far smaller.
 - ``num_accelerators`` and parallel degrees (:data:`MAX_ACCELERATORS`, 2^20): single jobs run on
   ~1e5 accelerators today.
-- ``throughput`` (:data:`MAX_THROUGHPUT`, 1e10 samples/s): 2^20 accelerators at 1e4 samples/s.
+- ``throughput`` (:data:`MIN_THROUGHPUT` 1e-6 to :data:`MAX_THROUGHPUT` 1e10 samples/s): 2^20
+  accelerators at 1e4 samples/s; below one sample in 11 days is no measurement (and divided by
+  the accelerators it could round to 0, which the store's scripts refuse).
 - ``accelerator_hours`` (:data:`MAX_ACCELERATOR_HOURS`, 1e10): 2^20 accelerators for a year.
 
 Hardware names may not start with :data:`core.keyspace.RESERVED_PREFIX` (``reserved_name``):
@@ -73,6 +75,7 @@ MAX_PARAMS = 1e15
 MAX_BATCH = 100_000_000
 MAX_SEQ_LEN = 2**24
 MAX_ACCELERATORS = 2**20
+MIN_THROUGHPUT = 1e-6
 MAX_THROUGHPUT = 1e10
 MAX_ACCELERATOR_HOURS = 1e10
 
@@ -107,7 +110,7 @@ SUBMISSION_FIELDS: tuple[Field, ...] = (
     Field("model_type", "str", "Model type, e.g. 'llama-7b'.", max_len=ID_LEN),
     Field("family", "str", "Model family, e.g. 'dense_lm', 'moe', 'vision_cnn'; null or absent: unknown.",
           max_len=64, required=False, nullable=True),
-    Field("params", "float", "Parameter count; null or absent: unknown.", exclusive_minimum=0, maximum=MAX_PARAMS,
+    Field("params", "float", "Parameter count; null or absent: unknown.", minimum=1, maximum=MAX_PARAMS,
           required=False, nullable=True),
     count_field("global_batch_size", "Global batch size in samples.", MAX_BATCH),
     count_field("seq_len", "Sequence length (tokens) or input size (pixels per side); null or absent: unknown.",
@@ -145,7 +148,7 @@ FINISH_FIELDS: tuple[Field, ...] = (
         "float",
         "Measured throughput, samples/s over all accelerators; null when nothing was measured.",
         nullable=True,
-        exclusive_minimum=0,
+        minimum=MIN_THROUGHPUT,
         maximum=MAX_THROUGHPUT,
     ),
     Field("accelerator_hours", "float", "Accelerator-hours the attempt used.", minimum=0,

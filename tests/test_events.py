@@ -36,7 +36,7 @@ def test_round_trip() -> None:
     ("change", "reason", "words"),
     [
         ({"params": "big"}, "bad_field", "submission.params: expected a number, got 'big'"),
-        ({"params": -1.0}, "out_of_range", "submission.params: must be > 0"),
+        ({"params": -1.0}, "out_of_range", "submission.params: must be >= 1"),
         ({"global_batch_size": 1.5}, "bad_field", "expected an integer"),
         ({"precision": "int4"}, "bad_field", "'int4' is not one of"),
         ({"candidates": []}, "bad_field", "needs at least 1"),

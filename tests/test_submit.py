@@ -41,7 +41,7 @@ def test_what_the_line_gives_is_kept() -> None:
 
 @pytest.mark.parametrize(("line", "field", "fix"), [
     (_line(global_batch_size=10**12), "submission.global_batch_size", "an integer >= 1 and <= 100000000"),
-    (_line(params=1e30), "submission.params", "a number > 0 and <= 1e+15; null or leave it out"),
+    (_line(params=1e30), "submission.params", "a number >= 1 and <= 1e+15; null or leave it out"),
     (_line(event_time=1.7e12), "submission.event_time", "or leave it out: leap submit fills it"),
     (_line(candidates=["_starts"]), "submission.candidates", "not starting with '_'"),
     (_line(precision="int4"), "submission.precision", "one of fp32, tf32, bf16, fp16, fp8"),
