@@ -18,6 +18,9 @@ _N = TypeVar("_N", int, float)
 LOCAL_KAFKA_PORT = 19092
 LOCAL_KAFKA_CONTROLLER_PORT = 19093
 LOCAL_REDIS_PORT = 16379
+#: (broker, controller) ports of each node of the local three-broker cluster
+#: (``leap services up --kafka-brokers 3``); node 1 listens where the single broker does.
+LOCAL_KAFKA_CLUSTER_PORTS = ((LOCAL_KAFKA_PORT, LOCAL_KAFKA_CONTROLLER_PORT), (19094, 19095), (19096, 19097))
 #: Ports of the local Redis Cluster's three masters (``leap services up --redis-cluster``).
 LOCAL_REDIS_CLUSTER_PORTS = (17001, 17002, 17003)
 

@@ -247,3 +247,23 @@ def test_the_local_redis_keeps_writes_across_a_kill_9(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
+
+
+def test_compose_cluster_profile_uses_the_local_cluster_ports() -> None:
+    """The Docker profile and `leap services up --kafka-brokers 3 --redis-cluster` agree on every port."""
+    import yaml
+
+    from core.settings import LOCAL_KAFKA_CLUSTER_PORTS, LOCAL_REDIS_CLUSTER_PORTS
+
+    services = yaml.safe_load(docker.COMPOSE_FILE.read_text())["services"]
+    voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in enumerate(LOCAL_KAFKA_CLUSTER_PORTS, start=1))
+    for i, (port, controller) in enumerate(LOCAL_KAFKA_CLUSTER_PORTS, start=1):
+        env = services[f"kafka-{i}"]["environment"]
+        assert env["KAFKA_LISTENERS"] == f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}"
+        assert (env["KAFKA_NODE_ID"], env["KAFKA_CONTROLLER_QUORUM_VOTERS"]) == (i, voters)
+        assert services[f"kafka-{i}"]["profiles"] == ["cluster"]
+    for i, port in enumerate(LOCAL_REDIS_CLUSTER_PORTS, start=1):
+        assert services[f"redis-node-{i}"]["environment"]["PORT"] == str(port)
+    workers = services["predictor-scaled"]["environment"]
+    assert workers["LEAP_KAFKA_BOOTSTRAP"] == ",".join(f"127.0.0.1:{p}" for p, _ in LOCAL_KAFKA_CLUSTER_PORTS)
+    assert workers["LEAP_REDIS_URL"] == f"redis://127.0.0.1:{LOCAL_REDIS_CLUSTER_PORTS[0]}/0"
