@@ -17,7 +17,7 @@ from features.rows import build_rows, concat_rows
 from features.store import FeatureStore
 from predictor.models import LookupTable, ThroughputModel
 from predictor.ranking import COLD_START, rank_candidates
-from streams.events import SCHEMA_VERSION, Ranking, Submission
+from streams.events import SCHEMA_VERSION, Ranking, Submission, ranking_id
 
 #: Band used around a cold-start roofline estimate: it may be off by about 2x either way.
 COLD_START_BAND = (0.5, 2.0)
@@ -108,7 +108,7 @@ class RankingService:
             out.append(
                 Ranking(
                     schema_version=SCHEMA_VERSION,
-                    event_id=f"rank:{sub.event_id}",
+                    event_id=ranking_id(sub.event_id),
                     event_time=now,
                     job_key=sub.job_key,
                     attempt_id=sub.attempt_id,

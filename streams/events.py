@@ -39,6 +39,7 @@ turn a model's extrapolation into a lost ranking.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -63,6 +64,11 @@ OUTCOMES = ("completed", "failed", "preempted")
 
 #: Longest id (job_key, attempt_id, model_type) accepted.
 ID_LEN = 256
+#: Longest event id accepted.
+EVENT_ID_LEN = 128
+#: A ranking's event id is this and its submission's event id: a ranking sent again for a
+#: redelivered submission has the same id.
+RANKING_ID_PREFIX = "rank:"
 #: Longest hardware name accepted.
 HARDWARE_LEN = 64
 #: Most candidates a submission may list (and so the largest rank).
@@ -99,7 +105,7 @@ def count_field(name: str, doc: str, maximum: int, **kw: Any) -> Field:
 
 COMMON_FIELDS: tuple[Field, ...] = (
     Field("schema_version", "int", "Contract version; this code reads 1.", minimum=1),
-    Field("event_id", "str", "Unique id of this event; used to drop duplicates.", max_len=128),
+    Field("event_id", "str", "Unique id of this event; used to drop duplicates.", max_len=EVENT_ID_LEN),
     time_field("event_time", "When the event happened."),
     Field("job_key", "str", "Names the job across attempts (also the Kafka key).", max_len=ID_LEN),
 )
@@ -173,9 +179,12 @@ CANDIDATE_FIELDS: tuple[Field, ...] = (
 )
 
 RANKING_FIELDS: tuple[Field, ...] = (
-    *COMMON_FIELDS,
+    # the id holds a whole submission id after its prefix (ranking_id), so it may be that much longer
+    *(dataclasses.replace(f, max_len=EVENT_ID_LEN + len(RANKING_ID_PREFIX),
+                          doc=f"'{RANKING_ID_PREFIX}' and the submission's event_id.") if f.name == "event_id" else f
+      for f in COMMON_FIELDS),
     Field("attempt_id", "str", "The ranked attempt.", max_len=ID_LEN),
-    Field("submission_event_id", "str", "event_id of the submission ranked.", max_len=128),
+    Field("submission_event_id", "str", "event_id of the submission ranked.", max_len=EVENT_ID_LEN),
     time_field("submission_time", "event_time of the submission."),
     Field("model_version", "str", "Model that produced the predictions.", max_len=128),
     Field("candidates", "records", "Every candidate, ranked or not.", items=CANDIDATE_FIELDS),
@@ -215,7 +224,20 @@ MODEL_FIELDS: tuple[Field, ...] = (
 )
 
 
+def ranking_id(submission_event_id: str) -> str:
+    """The event id of the ranking of the submission with this event id."""
+    return RANKING_ID_PREFIX + submission_event_id
+
+
 # ---------------------------------------------------------------- event classes
+
+
+def _supported(version: Any) -> bool:
+    """Whether this code reads ``version``; False for a list or an object too (they are unhashable)."""
+    try:
+        return version in SUPPORTED_SCHEMA_VERSIONS
+    except TypeError:
+        return False
 
 E = TypeVar("E", bound="Event")
 
@@ -233,7 +255,7 @@ class Event:
         if not isinstance(payload, dict):
             raise EventError("bad_json", f"{cls.NAME}: expected a JSON object, got {type_name(payload)}")
         version = payload.get("schema_version")
-        if version is not None and version not in SUPPORTED_SCHEMA_VERSIONS:
+        if version is not None and not _supported(version):
             raise EventError(
                 "unknown_schema_version",
                 f"{cls.NAME}.schema_version: {version!r} is not supported "
