@@ -27,7 +27,7 @@ from bench.stages import Clock, PrefetchedStore, TimedModel, TimedStore, timed_r
 from bench.workload import Workload, batches, make_workload, seed_store
 from core.hardware import Catalogue, load_catalogue
 from core.settings import Settings
-from features.rows import build_rows, concat_rows
+from features.batch_rows import build_batch_rows
 from features.snapshot import FeatureSnapshot
 from features.store import FeatureStore, open_store
 from predictor.models import ThroughputModel
@@ -224,8 +224,7 @@ def bench_predict(
         snapshots = dict(zip((s.event_id for s in w.submissions), store.read(w.submissions), strict=True))
         known = sum(1 for s in snapshots.values() if s.prior) / max(1, len(snapshots))
         raw_batches = [[s.encode() for s in b] for b in batches(w.submissions, batch)]
-        parts = [build_rows(s, snapshots[s.event_id], s.candidates, catalogue) for s in w.submissions]
-        rows_all = concat_rows(parts)
+        rows_all = build_batch_rows(w.submissions, [snapshots[s.event_id] for s in w.submissions], catalogue)
         clock = Clock()
         models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm")}
         services = _services(store, catalogue, clock, models, snapshots, no_redis)

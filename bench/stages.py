@@ -97,8 +97,8 @@ class TimedModel(ThroughputModel):
 
 @contextmanager
 def timed_rows(clock: Clock) -> Iterator[None]:
-    """Time the service's row building (``build_rows`` per submission and ``concat_rows``)."""
-    names = ("build_rows", "concat_rows")
+    """Time the service's row building (one ``build_batch_rows`` per batch)."""
+    names = ("build_batch_rows",)
     originals = {n: getattr(service_module, n) for n in names}
 
     def wrap(fn: Any) -> Any:

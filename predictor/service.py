@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.hardware import Catalogue
-from features.rows import build_rows, concat_rows
+from features.batch_rows import build_batch_rows
 from features.store import FeatureStore
 from predictor.models import LookupTable, ThroughputModel
 from predictor.ranking import COLD_START, rank_candidates
@@ -79,8 +79,7 @@ class RankingService:
         received = received if received is not None else [start] * len(subs)
         active = self.holder.active
         snaps = self.store.read(subs)
-        parts = [build_rows(sub, snap, sub.candidates, self.catalogue) for sub, snap in zip(subs, snaps, strict=True)]
-        rows = concat_rows(parts)
+        rows = build_batch_rows(subs, snaps, self.catalogue)
         pred = active.model.predict(rows)
         lower, upper = active.model.predict_band(pred, rows)
         cold = np.isnan(pred) & np.isfinite(rows["log_roofline"])
