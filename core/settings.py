@@ -19,8 +19,8 @@ LOCAL_KAFKA_PORT = 19092
 LOCAL_KAFKA_CONTROLLER_PORT = 19093
 LOCAL_REDIS_PORT = 16379
 #: (broker, controller) ports of each node of the local three-broker cluster
-#: (``leap services up --kafka-brokers 3``); node 1 listens where the single broker does.
-LOCAL_KAFKA_CLUSTER_PORTS = ((LOCAL_KAFKA_PORT, LOCAL_KAFKA_CONTROLLER_PORT), (19094, 19095), (19096, 19097))
+#: (``leap services up --kafka-brokers 3``): apart from the single broker's, so both can run.
+LOCAL_KAFKA_CLUSTER_PORTS = ((19192, 19193), (19194, 19195), (19196, 19197))
 #: Ports of the local Redis Cluster's three masters (``leap services up --redis-cluster``).
 LOCAL_REDIS_CLUSTER_PORTS = (17001, 17002, 17003)
 
@@ -71,6 +71,10 @@ class Settings:
         passed through to every Kafka client. Values are never logged.
     kafka_from_env, redis_from_env
         The broker / Redis was named by the environment: ``leap services up`` starts nothing for it.
+    kafka_brokers
+        Brokers of the local Kafka that ``leap services up`` runs (``LEAP_KAFKA_BROKERS``, 1 or 3);
+        with 3 and no ``LEAP_KAFKA_BOOTSTRAP`` the bootstrap is the local cluster's three nodes and
+        new topics get three replicas.
     topic_partitions
         Partitions of each event stream that ``leap topics create`` makes (``LEAP_TOPIC_PARTITIONS``);
         existing topics are left alone.
@@ -103,6 +107,7 @@ class Settings:
     kafka_from_env: bool = False
     redis_from_env: bool = False
     redis_cluster: bool = False
+    kafka_brokers: int = 1
     topic_partitions: int = DEFAULT_TOPIC_PARTITIONS
     topic_replication: int = -1
     prices_file: Path | None = None
@@ -118,13 +123,15 @@ class Settings:
         security = {key: env[var] for var, key in KAFKA_SECURITY_VARS if env.get(var)}
         defaults = cls()
         cluster = _flag(env, "LEAP_REDIS_CLUSTER")
+        brokers, default_bootstrap = _local_kafka(env, defaults)
         default_redis = f"redis://127.0.0.1:{LOCAL_REDIS_CLUSTER_PORTS[0]}/0" if cluster else defaults.redis_url
         return cls(
-            kafka_bootstrap=env.get("LEAP_KAFKA_BOOTSTRAP") or defaults.kafka_bootstrap,
+            kafka_bootstrap=env.get("LEAP_KAFKA_BOOTSTRAP") or default_bootstrap,
+            kafka_brokers=brokers,
             redis_url=env.get("LEAP_REDIS_URL") or default_redis,
             redis_cluster=cluster,
             topic_partitions=_number(env, "LEAP_TOPIC_PARTITIONS", int, defaults.topic_partitions),
-            topic_replication=_number(env, "LEAP_TOPIC_REPLICATION", int, defaults.topic_replication),
+            topic_replication=_number(env, "LEAP_TOPIC_REPLICATION", int, brokers if brokers > 1 else -1),
             home=Path(env["LEAP_HOME"]) if env.get("LEAP_HOME") else defaults.home,
             key_prefix=env.get("LEAP_KEY_PREFIX") or defaults.key_prefix,
             kafka_security=security,
@@ -149,6 +156,8 @@ class Settings:
         }
         if self.redis_cluster:
             env["LEAP_REDIS_CLUSTER"] = "1"
+        if self.kafka_brokers != 1:
+            env["LEAP_KAFKA_BROKERS"] = str(self.kafka_brokers)
         if self.topic_partitions != DEFAULT_TOPIC_PARTITIONS:
             env["LEAP_TOPIC_PARTITIONS"] = str(self.topic_partitions)
         if self.topic_replication != -1:
@@ -179,6 +188,17 @@ class Settings:
         conf.update(self.kafka_security)
         conf.update(extra)
         return conf
+
+
+def _local_kafka(env: dict[str, str], defaults: Settings) -> tuple[int, str]:
+    """``LEAP_KAFKA_BROKERS`` and the bootstrap of that many local brokers."""
+    brokers = _number(env, "LEAP_KAFKA_BROKERS", int, defaults.kafka_brokers)
+    cluster = len(LOCAL_KAFKA_CLUSTER_PORTS)
+    if brokers not in (1, cluster):
+        raise ValueError(f"LEAP_KAFKA_BROKERS={brokers} is not supported: use 1 or {cluster}")
+    if brokers == 1:
+        return brokers, defaults.kafka_bootstrap
+    return brokers, ",".join(f"127.0.0.1:{port}" for port, _ in LOCAL_KAFKA_CLUSTER_PORTS)
 
 
 def _flag(env: dict[str, str], var: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import typer
 from rich.console import Console
@@ -16,7 +17,7 @@ app = typer.Typer(help="Local Apache Kafka (KRaft) and redis-server.", no_args_i
 _console = Console(stderr=True)
 
 
-def _fail(exc: ServiceError) -> None:
+def _fail(exc: ServiceError | ValueError) -> None:
     # soft_wrap: log tails in the message stay one line per log line
     _console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
@@ -28,9 +29,21 @@ def up_command(
         False, "--redis-cluster",
         help="Also start a local three-master Redis Cluster (clients use it with LEAP_REDIS_CLUSTER=1).",
     ),
+    kafka_brokers: int = typer.Option(
+        0, "--kafka-brokers", min=0, max=3,
+        help="1 or 3 local brokers (default: LEAP_KAFKA_BROKERS, else 1). Clients of a three-broker "
+             "cluster need LEAP_KAFKA_BROKERS=3 too.",
+    ),
 ) -> None:
     """Start Kafka and Redis (or find them running) and wait until both answer."""
-    settings = Settings.from_env()
+    env = dict(os.environ)
+    if kafka_brokers:
+        env["LEAP_KAFKA_BROKERS"] = str(kafka_brokers)
+    try:
+        settings = Settings.from_env(env)
+    except ValueError as exc:
+        _fail(exc)
+        return
     try:
         with _console.status("starting services") as spinner:
             result = up(settings, step=lambda msg: spinner.update(msg), redis_cluster=redis_cluster)

@@ -8,6 +8,8 @@ Kafka
     2. A Docker engine answers: ``docker compose up -d kafka`` with the repository's compose file.
     3. Otherwise a JVM broker on this machine, from the ``kafka_2.13`` jars that Maven resolves
        from Maven Central (or, without Maven, from the official Apache release tarball).
+    4. ``--kafka-brokers 3`` / ``LEAP_KAFKA_BROKERS=3``: three such JVMs, one KRaft cluster
+       (:mod:`services.kafka_cluster`).
 
 Redis
     1. ``LEAP_REDIS_URL`` is set: that server is used.
@@ -41,6 +43,9 @@ from services.kafka import (
     stop_local_kafka,
     wait_for_kafka,
 )
+from services.kafka_cluster import cluster_home as kafka_cluster_home
+from services.kafka_cluster import local_cluster_pids as local_kafka_cluster_pids
+from services.kafka_cluster import start_local_kafka_cluster, stop_local_kafka_cluster, wait_for_brokers
 from services.processes import HOST, ServiceError, Step, lock, services_dir
 from services.redis_cluster import (
     cluster_home,
@@ -145,6 +150,8 @@ def up(settings: Settings, *, step: Step | None = None, redis_cluster: bool = Fa
         backends.update(kafka=kafka.backend)
         _write_backends(settings, backends)
         result["kafka"] = _await_kafka(settings, kafka, t0, say)
+        if kafka.backend == "local" and settings.kafka_brokers > 1:
+            wait_for_brokers(settings, KAFKA_START_TIMEOUT)
     return result
 
 
@@ -162,11 +169,12 @@ def _cluster_result(settings: Settings, cluster: _Launch, t0: float) -> dict[str
 
 def _compose_up(settings: Settings, say: Step) -> list[str]:
     """Start in Docker the services that should run there; returns their names (maybe none)."""
-    # The compose file's Redis is a single server: a cluster deployment never starts it.
+    # The compose file's default Kafka and Redis are single nodes: clusters run as local processes.
+    kafka_elsewhere = settings.kafka_from_env or settings.kafka_brokers > 1
     redis_elsewhere = settings.redis_from_env or settings.redis_cluster
     want_docker = [
         name
-        for name, from_env in (("kafka", settings.kafka_from_env), ("redis", redis_elsewhere))
+        for name, from_env in (("kafka", kafka_elsewhere), ("redis", redis_elsewhere))
         if not from_env
     ]
     # A service we started locally earlier keeps being used even if Docker appeared since.
@@ -196,6 +204,9 @@ def _launch(settings: Settings, name: str, in_docker: list[str], say: Step) -> _
         return _Launch("external", "used", None)
     if name in in_docker:
         return _Launch("docker", "started", None)
+    if name == "kafka" and settings.kafka_brokers > 1:
+        action, pids = start_local_kafka_cluster(settings, say)
+        return _Launch("local", action, pids[0])
     start_local = start_local_kafka if name == "kafka" else start_local_redis
     action, pid = start_local(settings, say)
     return _Launch("local", action, pid)
@@ -269,6 +280,8 @@ def down(settings: Settings, *, purge: bool = False) -> dict[str, str]:
                 compose("stop", *docker_services)
         if backends.get("redis_cluster") == "local" or any(local_cluster_pids(settings).values()):
             result["redis_cluster"] = stop_local_redis_cluster(settings)
+        if any(local_kafka_cluster_pids(settings)):
+            result["kafka_cluster"] = stop_local_kafka_cluster(settings)
         for name, stop_local in (("kafka", stop_local_kafka), ("redis", stop_local_redis)):
             from_env = settings.kafka_from_env if name == "kafka" else settings.redis_from_env
             if name in docker_services:
@@ -284,6 +297,7 @@ def down(settings: Settings, *, purge: bool = False) -> dict[str, str]:
                 redis_home(settings) / "data",
                 redis_home(settings) / "logs",
                 cluster_home(settings),
+                kafka_cluster_home(settings),
             ):
                 shutil.rmtree(folder, ignore_errors=True)
         _backends_file(settings).unlink(missing_ok=True)

@@ -6,9 +6,10 @@ creates what is missing and leaves existing topics alone.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from core.settings import Settings
@@ -75,10 +76,27 @@ def skip_to_end(settings: Settings, group: str, topics: tuple[str, ...], timeout
 def end_offsets(consumer: Consumer, topics: tuple[str, ...], timeout: float = 10.0) -> dict[tuple[str, int], int]:
     """High watermark of every partition of ``topics`` now, keyed by (topic, partition)."""
     return {
-        (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=timeout)[1]
+        (t, p): _high_watermark(consumer, TopicPartition(t, p), timeout)
         for t in topics
         for p in consumer.list_topics(t, timeout=timeout).topics[t].partitions
     }
+
+
+#: Errors of a partition whose leader is moving: asking again shortly finds the new one.
+_LEADER_MOVED = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                           KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
+def _high_watermark(consumer: Consumer, tp: TopicPartition, timeout: float) -> int:
+    """The partition's end; a leader that moved (a broker restarted or just joined) is retried."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=timeout)[1])
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_MOVED or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def create_topics(settings: Settings, topics: tuple[Topic, ...] = ALL_TOPICS, timeout: float = 30.0) -> dict[str, str]:
@@ -103,4 +121,19 @@ def create_topics(settings: Settings, topics: tuple[Topic, ...] = ALL_TOPICS, ti
                     result[name] = "exists"
                 else:
                     raise
+        _await_leaders(admin, [t.topic for t in wanted], timeout)
     return result
+
+
+def _await_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
+    """Wait until every partition of new topics has a leader: on a multi-broker cluster a client
+    that asks for offsets right after creation is otherwise told NOT_LEADER_FOR_PARTITION."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=timeout).topics
+        if all(name in topics and topics[name].error is None and topics[name].partitions
+               and all(p.leader >= 0 and p.error is None for p in topics[name].partitions.values())
+               for name in names):
+            return
+        time.sleep(0.2)
+    raise KafkaException(f"topics {names} have partitions without a leader after {timeout:.0f} s")

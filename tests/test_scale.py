@@ -9,12 +9,15 @@ so no finish was counted twice or lost.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -121,6 +124,7 @@ def test_workers_join_and_leave_while_events_flow(scale_settings: Settings, pool
     for name, role in (("f1", "features"), ("f2", "features"), ("p1", "predictor"), ("p2", "predictor")):
         pool.add(name, role)
     wait_until_ranking(scale_settings, pool["p1"])
+    _await_members(scale_settings, 2)
     events = _events(run_id, random.Random(7))
     started = time.time() - 2
     with SchedulerClient(scale_settings) as client:
@@ -129,7 +133,7 @@ def test_workers_join_and_leave_while_events_flow(scale_settings: Settings, pool
         time.sleep(6)
         pool.add("f3", "features")
         pool.add("p3", "predictor")
-        time.sleep(6)
+        _await_members(scale_settings, 3)  # joined and holding partitions, while events flow
         assert pool["f1"].stop() == 0 and pool["p1"].stop() == 0  # leave gracefully, mid-stream
         producer.join()
         attempts = [f"{run_id}-job{j}-att-{k}" for j in range(JOBS) for k in range(ROUNDS)]
@@ -142,12 +146,7 @@ def test_workers_join_and_leave_while_events_flow(scale_settings: Settings, pool
 
     jobs = [f"{run_id}-job{j}" for j in range(JOBS)]
     _wait_applied(rds, scale_settings.key_prefix, jobs, per_job=2 * ROUNDS)
-    env = {"LEAP_KAFKA_BOOTSTRAP": scale_settings.kafka_bootstrap, "LEAP_REDIS_URL": scale_settings.redis_url,
-           "LEAP_KEY_PREFIX": scale_settings.key_prefix}
-    result = CliRunner().invoke(app, ["rebuild-features", "--from", str(round(started, 3)),
-                                      "--job", f"{run_id}-*", "--json"], env=env)
-    assert result.exit_code == 0, result.output
-    out = orjson.loads(result.stdout)
+    out = _rebuild(scale_settings, started, run_id)
     assert out["events"] == 2 * JOBS * ROUNDS and out["duplicates"] == 0
     assert out["mismatches"] == 0, out["details"]
     for name in ("f2", "f3", "p2", "p3"):
@@ -157,8 +156,81 @@ def test_workers_join_and_leave_while_events_flow(scale_settings: Settings, pool
         assert len(shares) == 2 and all(shares), f"{role}: partitions per member {shares}"
 
 
+def _await_members(settings: Settings, members: int, timeout: float = 90) -> None:
+    """Until both roles' groups have ``members`` members, each holding partitions."""
+    deadline = time.monotonic() + timeout
+    shares: dict[str, list[int]] = {}
+    while time.monotonic() < deadline:
+        shares = {role: _assignments(settings, consumer_group(role)) for role in ("features", "predictor")}
+        if all(len(s) == members and all(s) for s in shares.values()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"groups did not reach {members} members with partitions: {shares}")
+
+
+def _rebuild(settings: Settings, started: float, run_id: str) -> dict[str, Any]:
+    """``rebuild-features`` of the run's jobs from the topics, compared with the live features."""
+    result = CliRunner().invoke(app, ["rebuild-features", "--from", str(round(started, 3)),
+                                      "--job", f"{run_id}-*", "--json"], env=settings.to_env())
+    assert result.exit_code == 0, result.output
+    out: dict[str, Any] = orjson.loads(result.stdout)
+    return out
+
+
 def _assignments(settings: Settings, group: str) -> list[int]:
     """Partitions each live member of ``group`` holds (the leavers are gone, the joiners share)."""
     admin = AdminClient(settings.confluent_config())
     described = admin.describe_consumer_groups([group])[group].result(timeout=30)
     return [len(m.assignment.topic_partitions) for m in described.members]
+
+
+@pytest.fixture(scope="session")
+def three_brokers(settings: Settings) -> Settings:
+    """The local three-broker cluster (started here if it does not run), its topics replicated 3 times."""
+    from services import stack
+    from streams.topics import create_topics
+
+    if settings.kafka_from_env:
+        pytest.skip("LEAP_KAFKA_BOOTSTRAP names a cluster of its own")
+    cluster = replace(Settings.from_env({**os.environ, "LEAP_KAFKA_BROKERS": "3"}), key_prefix=settings.key_prefix)
+    stack.up(cluster)
+    create_topics(cluster)
+    return cluster
+
+
+def test_a_broker_killed_mid_stream_loses_and_doubles_nothing(three_brokers: Settings, tmp_path: Path, rds: redis.Redis,
+                                                              run_id: str) -> None:
+    from services.kafka import local_kafka_pid
+    from services.kafka_cluster import cluster_nodes, start_node
+
+    cluster = replace(three_brokers, key_prefix=f"brokers-{run_id}")
+    victim = cluster_nodes(cluster)[1]
+    workers = Workers(cluster, tmp_path)
+    try:
+        workers.add("all", "all")
+        wait_until_ranking(cluster, workers["all"], timeout=120)
+        events = _events(run_id, random.Random(11))
+        started = time.time() - 2
+        with SchedulerClient(cluster) as client:
+            producer = threading.Thread(target=_publish_slowly, args=(cluster, events, 16.0))
+            producer.start()
+            time.sleep(5)
+            pid = local_kafka_pid(cluster, victim)
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(6)
+            start_node(cluster, victim, lambda _msg: None)  # back, while events still flow
+            producer.join()
+            attempts = [f"{run_id}-job{j}-att-{k}" for j in range(JOBS) for k in range(ROUNDS)]
+            got = client.wait_for(attempts, timeout=120)
+        missing = sorted(set(attempts) - set(got))
+        assert not missing, f"{len(missing)} submissions without a ranking, e.g. {missing[:3]}"
+        _wait_applied(rds, cluster.key_prefix, [f"{run_id}-job{j}" for j in range(JOBS)], per_job=2 * ROUNDS)
+        out = _rebuild(cluster, started, run_id)
+        assert out["events"] == 2 * JOBS * ROUNDS and out["duplicates"] == 0
+        assert out["mismatches"] == 0, out["details"]
+        assert workers["all"].alive(), workers["all"].log_tail()
+    finally:
+        workers.stop_all()
+        if local_kafka_pid(cluster, victim) is None:
+            start_node(cluster, victim, lambda _msg: None)

@@ -198,7 +198,7 @@ def test_cluster_ids_never_look_like_an_option(monkeypatch: pytest.MonkeyPatch) 
     # One random id in 64 starts with "-"; the storage tool's parser would read it as an option.
     ids = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=bytes(16))])
     monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(ids))
-    cluster_id = kafka._cluster_id()
+    cluster_id = kafka.new_cluster_id()
     assert cluster_id == "AAAAAAAAAAAAAAAAAAAAAA"
     assert len(cluster_id) == 22
 

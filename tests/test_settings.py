@@ -122,3 +122,12 @@ def test_event_streams_take_the_deployments_partition_count_and_replication() ->
     assert settings.topic_min_insync == 2
     assert Settings.from_env(settings.to_env()).topic_partitions == 24
     assert Settings().topic_min_insync == 0  # one broker: the broker's own default
+
+
+def test_three_local_brokers_set_the_bootstrap_and_three_replicas() -> None:
+    settings = Settings.from_env({"LEAP_KAFKA_BROKERS": "3"})
+    assert settings.kafka_bootstrap == "127.0.0.1:19192,127.0.0.1:19194,127.0.0.1:19196"
+    assert (settings.topic_replication, settings.topic_min_insync) == (3, 2)
+    assert Settings.from_env(settings.to_env()).kafka_brokers == 3
+    with pytest.raises(ValueError, match="LEAP_KAFKA_BROKERS=2"):
+        Settings.from_env({"LEAP_KAFKA_BROKERS": "2"})
