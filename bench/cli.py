@@ -77,5 +77,20 @@ def e2e_cmd(
     emit(bench_e2e(Settings.from_env(), rate, duration, window, drain, role, warm, repeat, startup_timeout, seed))
 
 
+@app.command("scale")
+def scale_cmd(
+    duration: Annotated[float, typer.Option(min=1, help="Seconds per phase.")] = 10.0,
+    window: Annotated[int, typer.Option(min=1, help="Closed loops: most submissions unanswered.")] = 400,
+    rate: Annotated[float, typer.Option(min=1, help="Submissions/s of the open loop with a join and a leave.")] = 200.0,
+    pause_window: Annotated[float, typer.Option(min=0.5, help="Seconds after a change counted as rebalance.")] = 10.0,
+    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    seed: Seed = 0,
+) -> None:
+    """Rankings/s with one and two predictor workers; latency while a worker joins and leaves."""
+    from bench.scale import bench_scale
+
+    emit(bench_scale(Settings.from_env(), duration, window, rate, pause_window, warm, seed=seed))
+
+
 if __name__ == "__main__":
     app()

@@ -67,3 +67,15 @@ def test_e2e(topics: dict[str, str], rds: redis.Redis) -> None:
     assert med["latency_p50_ms"] > 0 and med["latency_p99_ms"] >= med["latency_p50_ms"]
     assert out["consumer_group_members"] >= 1
     no_scratch_keys_left(rds, out)
+
+
+@pytest.mark.scale
+def test_scale(topics: dict[str, str], rds: redis.Redis) -> None:
+    out = run_json("scale", "--duration", "2", "--rate", "50", "--pause-window", "2", "--warm", "200")
+    med = out["median"]
+    for phase in ("one_worker", "two_workers"):
+        assert med[f"{phase}_received"] == med[f"{phase}_published"] > 0, "every submission gets a ranking"
+    assert med["two_over_one"] > 0 and med["rebalance_unanswered"] == 0 and len(out["changes_at_s"]) == 2
+    assert med["rebalance_longest_gap_ms"] > 0
+    assert med["rebalance_latency_p99_ms"] >= med["rebalance_latency_p50_ms"] > 0
+    no_scratch_keys_left(rds, out)
