@@ -308,13 +308,14 @@ local function check_counter(key, field)
 end
 local function check_window(key, field, numeric)
   local packed = redis.call('HGET', key, field)
-  if not packed then return end
+  if not packed then return {} end
   local entries = unpack_window(packed)
   local ok = pack_window(entries) == packed
   for _, e in ipairs(entries) do
     if tonumber(e.time) == nil or (numeric and tonumber(e.value) == nil) then ok = false end
   end
   if not ok then reject(key, field, 'holds an unreadable window') end
+  return entries
 end
 """
 
@@ -325,7 +326,8 @@ def _lua_checks() -> str:
     ``reject(...)`` raises the error reply (:data:`REJECTED` and its words); the others refuse
     what a write would misread or fail on halfway: a number that is not finite, a hardware name
     with the counter marker, a counter that is not an integer, a stored field or window that does
-    not read back as written.
+    not read back as written. ``check_window`` returns the window's entries (empty when absent),
+    so that a script parses a window once.
     """
     reject = ("local function reject(...)\n"
               f"  error({{err = {_lua_str(REJECTED)} .. ' ' .. table.concat({{...}}, ' ')}})\n"

@@ -17,11 +17,11 @@ check_number('time', ARGV[2])
 check_name(ARGV[3])
 check_counter_name(ARGV[5])
 check_counter(KEYS[1], ARGV[5])
-local observed = {}
+local observed, window = {}, nil
 if ARGV[4] ~= '' then
   local value = check_positive('throughput', ARGV[4])
   check_job_field(KEYS[1], ARGV[3])
-  check_window(KEYS[2], ARGV[3], true)
+  window = check_window(KEYS[2], ARGV[3], true)
   if pairable(ARGV[3]) then
     local fields = redis.call('HGETALL', KEYS[1])
     for i = 1, #fields, 2 do
@@ -40,8 +40,7 @@ end
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('HINCRBY', KEYS[1], ARGV[5], 1)
 if ARGV[4] ~= '' then
-  local entries = window_insert(redis.call('HGET', KEYS[2], ARGV[3]), ARGV[2], ARGV[1], ARGV[4],
-                                tonumber(ARGV[6]))
+  local entries = window_insert(window, ARGV[2], ARGV[1], ARGV[4], tonumber(ARGV[6]))
   local n = count_of(redis.call('HGET', KEYS[1], ARGV[3])) + 1
   local newest = entries[#entries]
   redis.call('HSET', KEYS[1], ARGV[3], pack_job_field(n, newest.time, newest.value, median(entries)))

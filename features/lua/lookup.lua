@@ -9,9 +9,8 @@ check_number('time', ARGV[2])
 check_name(ARGV[3])
 check_positive('throughput', ARGV[4])
 check_lookup_field(KEYS[1], ARGV[3])
-check_window(KEYS[2], ARGV[3], true)
-local entries, inserted, kept = window_insert(redis.call('HGET', KEYS[2], ARGV[3]), ARGV[2], ARGV[1],
-                                              ARGV[4], tonumber(ARGV[5]))
+local window = check_window(KEYS[2], ARGV[3], true)
+local entries, inserted, kept = window_insert(window, ARGV[2], ARGV[1], ARGV[4], tonumber(ARGV[5]))
 if not (inserted and kept) then return 0 end
 local n = count_of(redis.call('HGET', KEYS[1], ARGV[3])) + 1
 redis.call('HSET', KEYS[1], ARGV[3], pack_lookup_field(n, median(entries)))

@@ -6,9 +6,8 @@
 -- ARGV: pair field, event_time, event_id, packed pair value, window size
 -- Returns 1 when the observation entered the window, 0 otherwise.
 check_number('time', ARGV[2])
-check_window(KEYS[1], ARGV[1], false)
-local entries, inserted, kept = window_insert(redis.call('HGET', KEYS[1], ARGV[1]), ARGV[2], ARGV[3], ARGV[4],
-                                              tonumber(ARGV[5]))
+local window = check_window(KEYS[1], ARGV[1], false)
+local entries, inserted, kept = window_insert(window, ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
 if not (inserted and kept) then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], pack_window(entries))
 return 1

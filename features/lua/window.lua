@@ -17,9 +17,9 @@ local function older(a, b)
   return a.id < b.id
 end
 
+-- entries: the window as check_window returned it (parsed once per script).
 -- Returns entries, inserted (the id was not there), kept (the id is in the window after trimming).
-local function window_insert(packed, time, id, value, limit)
-  local entries = unpack_window(packed)
+local function window_insert(entries, time, id, value, limit)
   -- Every entry gets its numbers first: callers take the median even when the id was there.
   for _, e in ipairs(entries) do with_numbers(e) end
   for _, e in ipairs(entries) do
