@@ -45,16 +45,20 @@ def predict_cmd(
     trees: Annotated[int | None, typer.Option(min=1, help="Override n_estimators (default: leap train's).")] = None,
     no_redis: Annotated[bool, typer.Option(help="Also run each model on snapshots read beforehand.")] = True,
     profile: Annotated[Path | None, typer.Option(help="Folder for cProfile dumps (extra untimed pass).")] = None,
+    model: Annotated[Path | None, typer.Option(help="Load the model saved in this folder instead of fitting.")] = None,
+    save_model: Annotated[Path | None, typer.Option(help="Save the fitted model in this (new) folder.")] = None,
+    candidates: Annotated[int, typer.Option(min=0, help="Candidates per submission (0: as simulated).")] = 0,
     repeat: Repeat = 3,
     seed: Seed = 0,
 ) -> None:
-    """RankingService.rank without Kafka: lookup fallback vs LightGBM, with per-stage costs."""
+    """RankingService.rank without Kafka: lookup fallback, the served LightGBM and DESIGN §9's plain
+    loop, with per-stage costs."""
     from bench.predict import bench_predict
 
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
-    emit(bench_predict(Settings.from_env(), submissions, warm, batch, history_days, history_per_day, trees,
-                       no_redis, repeat, seed, profile))
+    emit(bench_predict(Settings.from_env(), submissions, warm, batch, (history_days, history_per_day), trees,
+                       no_redis, repeat, seed, profile, model, save_model, candidates))
 
 
 @app.command("e2e")

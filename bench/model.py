@@ -1,23 +1,36 @@
 """The LightGBM model the predict benchmark serves: fitted on a small simulated history.
 
 The history is what ``leap fleet history`` writes (same functions), in a temporary folder;
-examples and fitting are ``leap train``'s own (:mod:`training.train`).
+examples and fitting are ``leap train``'s own (:mod:`training.train`). A fit takes minutes (half
+an hour on a busy 2-core machine), so a fitted model can be saved as a registry artifact and
+loaded by later runs (``bench predict --save-model`` / ``--model``). Also the plain model of
+DESIGN §9's loop (:class:`PlainLightGBM`), the anchor the served model is compared with.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import lightgbm as lgb
+import numpy as np
+
 from core.hardware import Catalogue
+from features.rows import CATEGORICAL, COLUMNS, Rows
 from fleet.history import simulate, write_history
 from predictor.lgbm import LightGBMThroughput
+from predictor.models import ThroughputModel
+from predictor.registry import Registry
 from training.train import fit_model, load_examples, split
 
 HISTORY_START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
+#: DESIGN §9's plain model: 200 trees x 31 leaves.
+PLAIN_TREES = 200
+PLAIN_LEAVES = 31
 
 
 def fit_on_simulated_history(
@@ -58,3 +71,40 @@ def fit_on_simulated_history(
         "num_threads": model.num_threads,
     }
     return model, info
+
+
+def load_fitted(folder: Path) -> tuple[LightGBMThroughput, dict[str, Any]]:
+    """A model saved by :func:`save_fitted` (or any registry artifact folder) and its facts."""
+    meta = json.loads((folder / "metadata.json").read_text())
+    model = Registry(folder.parent).load(folder.name, folder)
+    assert isinstance(model, LightGBMThroughput)
+    return model, {**meta.get("bench_model", {}), "loaded_from": str(folder)}
+
+
+def save_fitted(model: LightGBMThroughput, info: dict[str, Any], folder: Path) -> None:
+    """Save a fitted bench model as a registry artifact, so that later runs can skip the fit."""
+    Registry(folder.parent).save(model, {"bench_model": info}, version=folder.name)
+
+
+class PlainLightGBM(ThroughputModel):
+    """DESIGN §9's plain model: one LightGBM of :data:`PLAIN_TREES` x :data:`PLAIN_LEAVES` on the
+    rows' numeric columns, one thread — the model of the plain loop the served one is compared with.
+
+    Fitted on the served model's own predictions, so its trees grow as deep as real targets make them.
+    """
+
+    kind = "plain_lightgbm"
+
+    def __init__(self, rows: Rows, target: np.ndarray) -> None:
+        super().__init__()
+        self.columns = [c for c in COLUMNS if c not in CATEGORICAL]
+        ok = np.isfinite(target)
+        params = {"objective": "regression", "num_leaves": PLAIN_LEAVES, "num_threads": 1, "verbose": -1, "seed": 0}
+        self.booster = lgb.train(params, lgb.Dataset(self._matrix(rows)[ok], label=target[ok]),
+                                 num_boost_round=PLAIN_TREES)
+
+    def _matrix(self, rows: Rows) -> np.ndarray:
+        return np.column_stack([rows[c] for c in self.columns])
+
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        return np.asarray(self.booster.predict(self._matrix(rows), num_threads=1))

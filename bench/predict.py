@@ -6,14 +6,21 @@ Kafka. Each run passes over the same batches once per variant, variants back to 
 ratios between them are measured side by side:
 
 - ``lookup``: the fallback a predictor serves before any model is promoted;
-- ``lightgbm``: a model fitted on a simulated history (:mod:`bench.model`);
-- ``*_no_redis``: the same with snapshots read beforehand, which is DESIGN §9's plain loop
-  (decode, build rows, predict, encode) plus pricing.
+- ``lightgbm``: a model fitted on a simulated history (:mod:`bench.model`), the served model's
+  class and size: its throughput is ``served_submissions_per_s``;
+- ``bare``: DESIGN §9's plain loop, the same service around a plain 200-tree x 31-leaf LightGBM
+  (:class:`bench.model.PlainLightGBM`): ``bare_submissions_per_s``, and ``served_over_bare``;
+- ``*_no_redis``: the same with snapshots read beforehand (decode, build rows, predict, price,
+  encode).
+
+``--candidates N`` gives every submission N candidates (its own first, then the catalogue's),
+the issue's unit being 24.
 """
 
 from __future__ import annotations
 
 import cProfile
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import Figures, freeze_heap, percentiles_ms, report, say, scratch_prefix, unfreeze_heap
-from bench.model import fit_on_simulated_history
+from bench.model import PlainLightGBM, fit_on_simulated_history, load_fitted, save_fitted
 from bench.stages import Clock, PrefetchedStore, TimedModel, TimedStore, timed_rows
 from bench.workload import Workload, batches, make_workload, seed_store
 from core.hardware import Catalogue, load_catalogue
@@ -134,6 +141,10 @@ def run_once(services: dict[str, RankingService], clock: Clock, raw_batches: Seq
     for name in services:
         if name != "lookup":
             figures[f"{name}_over_lookup"] = figures[f"{name}_submissions_per_s"] / base
+    # The issue's headline keys: the served model's loop, and DESIGN §9's plain loop beside it.
+    figures["served_submissions_per_s"] = figures["lightgbm_submissions_per_s"]
+    if "bare_submissions_per_s" in figures:
+        figures["served_over_bare"] = figures["lightgbm_submissions_per_s"] / figures["bare_submissions_per_s"]
     return figures
 
 
@@ -179,18 +190,46 @@ def add_design_ratios(runs: list[Figures]) -> None:
             f.get("lightgbm_no_redis_candidate_rows_per_s", np.nan) / (DESIGN_LOOP_PER_S * DESIGN_CANDIDATES))
 
 
+def served_model(catalogue: Catalogue, history_days: int, history_per_day: int, seed: int, trees: int | None,
+                 model_dir: Path | None, save_model: Path | None) -> tuple[ThroughputModel, dict[str, Any]]:
+    """The served model's class fitted on a simulated history, or loaded from ``model_dir``."""
+    if model_dir is not None:
+        say(f"loading the model saved in {model_dir}")
+        return load_fitted(model_dir)
+    say(f"fitting LightGBM on a simulated history of {history_days} x {history_per_day} attempts")
+    model, info = fit_on_simulated_history(catalogue, history_days, history_per_day, seed, trees)
+    say(f"model fitted in {info['fit_s']} s")
+    if save_model is not None:
+        save_fitted(model, info, save_model)
+    return model, info
+
+
+def with_candidates(w: Workload, candidates: int, catalogue: Catalogue) -> Workload:
+    """Every submission with ``candidates`` candidates: its own first, then the catalogue's (0: as simulated)."""
+    if candidates <= 0:
+        return w
+
+    def pad(sub: Submission) -> Submission:
+        names = list(dict.fromkeys([*sub.candidates, *catalogue.names()]))[:candidates]
+        return dataclasses.replace(sub, candidates=tuple(names))
+
+    return dataclasses.replace(w, submissions=[pad(s) for s in w.submissions])
+
+
 def bench_predict(
     settings: Settings,
     submissions: int = 5000,
     warm: int = 20000,
     batch: int = PREDICT_BATCH,
-    history_days: int = 6,
-    history_per_day: int = 1500,
+    history: tuple[int, int] = (6, 1500),
     trees: int | None = None,
     no_redis: bool = True,
     repeat: int = 3,
     seed: int = 0,
     profile_dir: Path | None = None,
+    model_dir: Path | None = None,
+    save_model: Path | None = None,
+    candidates: int = 0,
 ) -> dict[str, Any]:
     """Run the predict benchmark and return its JSON report.
 
@@ -202,21 +241,25 @@ def bench_predict(
         Submissions ranked per pass, in batches of ``batch``.
     warm
         Earlier attempts whose finishes are written to the store first.
-    history_days, history_per_day, trees
-        Simulated history for the LightGBM model, and an optional tree count override.
+    history, trees
+        Days and attempts per day of simulated history for the LightGBM model, and an optional
+        tree count override.
     no_redis
         Also run each variant on snapshots read beforehand.
     repeat
         Runs; the report holds medians.
     profile_dir
         Write a cProfile dump per variant there, from an extra untimed pass.
+    model_dir, save_model
+        Load the model from a saved artifact folder instead of fitting; save the fitted one there.
+    candidates
+        Candidates per submission (0: as the simulator drew them).
     """
     began = time.perf_counter()
     catalogue = load_catalogue()
-    say(f"fitting LightGBM on a simulated history of {history_days} x {history_per_day} attempts")
-    model, model_info = fit_on_simulated_history(catalogue, history_days, history_per_day, seed, trees)
-    say(f"model fitted in {model_info['fit_s']} s; simulating {warm} + {submissions} attempts")
-    w: Workload = make_workload(warm, submissions, seed + 1)
+    model, model_info = served_model(catalogue, *history, seed, trees, model_dir, save_model)
+    say(f"simulating {warm} + {submissions} attempts")
+    w = with_candidates(make_workload(warm, submissions, seed + 1), candidates, catalogue)
     prefix = scratch_prefix()
     store = open_store(settings, catalogue, prefix=prefix)
     try:
@@ -225,8 +268,10 @@ def bench_predict(
         known = sum(1 for s in snapshots.values() if s.prior) / max(1, len(snapshots))
         raw_batches = [[s.encode() for s in b] for b in batches(w.submissions, batch)]
         rows_all = build_batch_rows(w.submissions, [snapshots[s.event_id] for s in w.submissions], catalogue)
+        say("fitting the plain model of DESIGN §9's loop")
+        models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm"),
+                  "bare": ActiveModel(PlainLightGBM(rows_all, model._predict_log(rows_all)), "bench-plain")}
         clock = Clock()
-        models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm")}
         services = _services(store, catalogue, clock, models, snapshots, no_redis)
         runs = timed_runs(services, clock, raw_batches, models, rows_all, repeat, profile_dir)
     finally:
@@ -234,7 +279,7 @@ def bench_predict(
         store.client.close()
     add_design_ratios(runs)
     params = {"submissions": len(w.submissions), "batch": batch, "warm_attempts": warm, "seed": seed,
-              "key_prefix": prefix,
+              "key_prefix": prefix, "candidates": candidates or "as simulated",
               "mean_candidates": round(w.mean_candidates, 2), "known_job_share": round(known, 3),
               "variants": list(services), "model": model_info}
     return report("predict", params, runs, extra={"design_9": dict(DESIGN_9)}, started=began)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,13 +44,17 @@ def test_features(rds: redis.Redis) -> None:
     no_scratch_keys_left(rds, out)
 
 
-def test_predict(rds: redis.Redis) -> None:
+def test_predict(rds: redis.Redis, tmp_path: Path) -> None:
+    saved = tmp_path / "models" / "bench-model"
     out = run_json("predict", "--submissions", "60", "--warm", "200", "--batch", "25", "--history-days", "2",
-                   "--history-per-day", "150", "--trees", "3", "--no-no-redis", "--repeat", "1")
+                   "--history-per-day", "150", "--trees", "3", "--no-no-redis", "--repeat", "1",
+                   "--candidates", "6", "--save-model", str(saved))
     med = out["median"]
-    assert out["params"]["variants"] == ["lookup", "lightgbm"]
-    assert out["params"]["mean_candidates"] > 1
-    for variant in ("lookup", "lightgbm"):
+    assert out["params"]["variants"] == ["lookup", "lightgbm", "bare"]
+    assert out["params"]["mean_candidates"] == 6
+    assert med["served_submissions_per_s"] == med["lightgbm_submissions_per_s"] > 0
+    assert med["bare_submissions_per_s"] > 0 and med["served_over_bare"] > 0
+    for variant in ("lookup", "lightgbm", "bare"):
         assert med[f"{variant}_submissions_per_s"] > 0
         assert med[f"{variant}_batch_p99_ms"] >= med[f"{variant}_batch_p50_ms"]
         for stage in ("decode", "read", "rows", "predict", "other", "encode"):
@@ -57,6 +62,12 @@ def test_predict(rds: redis.Redis) -> None:
     assert med["lookup_fallback_share"] == 1.0  # the fallback always says so
     assert med["lightgbm_over_lookup"] > 0
     no_scratch_keys_left(rds, out)
+    # a later run loads the saved model instead of fitting one
+    again = run_json("predict", "--submissions", "30", "--warm", "100", "--batch", "25", "--no-no-redis",
+                     "--repeat", "1", "--model", str(saved))
+    assert again["params"]["model"]["loaded_from"] == str(saved)
+    assert again["params"]["model"]["main_trees"] == out["params"]["model"]["main_trees"]
+    no_scratch_keys_left(rds, again)
 
 
 def test_e2e(topics: dict[str, str], rds: redis.Redis) -> None:
