@@ -27,7 +27,6 @@ from typing import Any
 import jsonschema
 import orjson
 import pytest
-import redis
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -35,6 +34,7 @@ from hypothesis import strategies as st
 from core.settings import Settings
 from features.keys import KeyLayout
 from features.layout import packable_id
+from features.store import redis_client
 from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.deadletter import dead_letter
@@ -166,7 +166,7 @@ def _dead_letters(consumer: Consumer, wanted: set[tuple[str, int, int]], timeout
     return got
 
 
-def _applied(rds: redis.Redis, layout: KeyLayout, cases: list[Case], timeout: float) -> list[Case]:
+def _applied(rds: Any, layout: KeyLayout, cases: list[Case], timeout: float) -> list[Case]:
     """The valid starts and finishes whose event id is not (yet) in their job's seen-set."""
     deadline = time.monotonic() + timeout
     pending = [c for c in cases if c.reason is None and c.topic != SUBMISSIONS.name]
@@ -183,7 +183,7 @@ def _applied(rds: redis.Redis, layout: KeyLayout, cases: list[Case], timeout: fl
 
 @pytest.mark.integration
 def test_fuzzed_messages_through_a_worker(worker: WorkerProcess, settings: Settings, topics: dict[str, str],
-                                          rds: redis.Redis, run_id: str) -> None:
+                                          run_id: str) -> None:
     started = time.monotonic()
     cases = collect(st.one_of(valid_case(), invalid_case()), EXAMPLES)
     cases = [rekey(run_id)(case, n) for n, case in enumerate(cases)]
@@ -203,7 +203,8 @@ def test_fuzzed_messages_through_a_worker(worker: WorkerProcess, settings: Setti
         letters = _dead_letters(letters_consumer, set(bad), budget)
         rankings = client.wait_for([Submission.from_dict(c.payload or {}).attempt_id for c in subs],
                                    timeout=max(5.0, budget - (time.monotonic() - t0)))
-        unapplied = _applied(rds, KeyLayout(settings.key_prefix), cases, timeout=30)
+        # the worker's own Redis (a server or a cluster, as the settings say)
+        unapplied = _applied(redis_client(settings), KeyLayout(settings.key_prefix), cases, timeout=30)
         processed_s = time.monotonic() - t0
     finally:
         client.close()
