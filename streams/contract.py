@@ -87,8 +87,8 @@ def type_name(value: Any) -> str:
 
 def _check_reserved(where: str, spec: Field, value: str) -> None:
     if spec.reserved_prefix is not None and value.startswith(spec.reserved_prefix):
-        raise EventError(RESERVED_NAME, f"{where}: {value[:80]!r} starts with {spec.reserved_prefix!r}, which "
-                                        f"marks the feature store's own fields; use a name that does not")
+        raise EventError(RESERVED_NAME, f"{where}: {value[:80]!r} starts with {spec.reserved_prefix!r}, which the "
+                                        f"feature store's key layout reserves; use a name that does not")
 
 
 def _check_str(where: str, spec: Field, value: Any) -> str:

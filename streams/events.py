@@ -32,9 +32,10 @@ catch unit mistakes (milliseconds for seconds, bytes for parameters, tokens for 
 - ``accelerator_hours`` (:data:`MAX_ACCELERATOR_HOURS`, 1e10): 2^20 accelerators for a year.
 
 Hardware names may not start with :data:`core.keyspace.RESERVED_PREFIX` (``reserved_name``):
-the feature store keeps its own fields beside them. What LEAP itself computes (predictions,
-costs, latencies in rankings) is bounded below and finite, but not above: a bound there would
-turn a model's extrapolation into a lost ranking.
+the feature store keeps its own fields beside them; nor may a job key start with
+:data:`core.keyspace.HASH_TAG_CLOSE`: its keys' Redis Cluster hash tag would be empty. What
+LEAP itself computes (predictions, costs, latencies in rankings) is bounded below and finite,
+but not above: a bound there would turn a model's extrapolation into a lost ranking.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from typing import Any, ClassVar, TypeVar
 import orjson
 
 # EventError and Field stay importable from here, beside the events whose contracts they carry.
-from core.keyspace import RESERVED_PREFIX
+from core.keyspace import HASH_TAG_CLOSE, RESERVED_PREFIX
 from streams.contract import TIME_OUT_OF_RANGE, EventError, Field, object_schema, type_name, validate_fields
 
 SCHEMA_VERSION = 1
@@ -107,7 +108,8 @@ COMMON_FIELDS: tuple[Field, ...] = (
     Field("schema_version", "int", "Contract version; this code reads 1.", minimum=1),
     Field("event_id", "str", "Unique id of this event; used to drop duplicates.", max_len=EVENT_ID_LEN),
     time_field("event_time", "When the event happened."),
-    Field("job_key", "str", "Names the job across attempts (also the Kafka key).", max_len=ID_LEN),
+    Field("job_key", "str", "Names the job across attempts (also the Kafka key).", max_len=ID_LEN,
+          reserved_prefix=HASH_TAG_CLOSE),
 )
 
 SUBMISSION_FIELDS: tuple[Field, ...] = (

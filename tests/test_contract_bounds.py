@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 from core.keyspace import RESERVED_PREFIX
+from features.keys import KeyLayout
 from features.layout import COUNTER_FIELDS, COUNTER_PREFIX
 from streams.contract import OUT_OF_RANGE, RESERVED_NAME, TIME_OUT_OF_RANGE
 from streams.events import EARLIEST_TIME, LATEST_TIME, EventError, JobFinish, JobStart, Submission
@@ -47,6 +48,8 @@ REFUSED = [
      TIME_OUT_OF_RANGE, "job_finish.start_time"),
     (JobStart, "job_start", _start_dict(hardware="_completed"), RESERVED_NAME, "job_start.hardware"),
     (JobStart, "job_start", _start_dict(num_accelerators=2**21), OUT_OF_RANGE, "job_start.num_accelerators"),
+    (JobStart, "job_start", _start_dict(job_key="}x"), RESERVED_NAME, "job_start.job_key"),
+    (Submission, "submission", submission_dict("}team-a", 1), RESERVED_NAME, "submission.job_key"),
 ]
 
 
@@ -73,6 +76,17 @@ def test_names_that_merely_contain_the_marker_are_fine() -> None:
     sub = Submission.from_dict(submission_dict("j", 1, candidates=["H100_SXM", "my_gpu"]))
     assert sub.candidates == ("H100_SXM", "my_gpu")
     jsonschema.validate(submission_dict("j", 1, candidates=["H100_SXM"]), _schema("submission"))
+
+
+@pytest.mark.parametrize("job", ["a}b", "{x", "{}", "x{y}z", "j"])
+def test_every_accepted_job_key_gives_its_keys_one_non_empty_hash_tag(job: str) -> None:
+    """Redis Cluster hashes the text between the first '{' and the next '}', or the whole key when
+    that is empty: a job key starting with '}' would spread the job's keys over slots."""
+    Submission.from_dict(submission_dict(job, 1))
+    lay = KeyLayout("leap")
+    keys = [lay.job(job), lay.job_window(job), lay.job_seen(job), lay.job_outbox(job)]
+    tags = {key[key.index("{") + 1: key.index("}", key.index("{") + 1)] for key in keys}
+    assert len(tags) == 1 and "" not in tags
 
 
 def test_the_store_marks_its_fields_with_the_one_reserved_marker() -> None:
