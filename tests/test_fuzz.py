@@ -4,7 +4,8 @@ Two layers. In process, properties of the contracts: every valid event, however 
 producer serialised it, decodes to the same event as its payload and round-trips through our
 encoding, and the published JSON Schema accepts it; every invalid one is refused with the reason
 it must get (its dead letter carries it byte for byte), and the schema refuses it too where a
-schema can tell (one field wrong; cross-field rules only the code knows). Through a real ``leap worker
+schema can tell (one field wrong; cross-field rules only the code knows). Every valid start and
+finish applies once in the store's scripts, on one server and on a Redis Cluster. Through a real ``leap worker
 all``: the generated messages are produced raw by a foreign producer (confluent-kafka), and then
 every invalid one is on the dead-letter topic with its reason, its original bytes and its
 coordinates, every valid submission has a ranking, every valid start and finish was applied,
@@ -17,10 +18,12 @@ property and of messages through the worker. It is read here: only this suite us
 from __future__ import annotations
 
 import base64
+import dataclasses
+import itertools
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +34,16 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from core.hardware import load_catalogue
 from core.settings import Settings
 from features.keys import KeyLayout
 from features.layout import packable_id
-from features.store import redis_client
+from features.store import FeatureStore, redis_client
 from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.deadletter import dead_letter
-from streams.events import ID_LEN, DeadLetter, EventError, Submission
-from streams.topics import DEAD_LETTER, SUBMISSIONS, end_offsets
+from streams.events import ID_LEN, DeadLetter, EventError, JobStart, Submission
+from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS, SUBMISSIONS, end_offsets
 from tests.fuzz_events import TOPICS, Case, invalid_case, valid_case
 
 #: pytest-timeout's 300 s per test is for the default count; a long run gets time in proportion.
@@ -91,6 +95,37 @@ def test_every_invalid_message_is_refused_with_its_reason(case: Case) -> None:
         assert case.payload is not None
         with pytest.raises(jsonschema.ValidationError):
             SCHEMA[case.topic].validate(case.payload)
+
+
+@pytest.fixture
+def fuzz_store(store_client: Any, run_id: str) -> Iterator[FeatureStore]:
+    fs = FeatureStore(store_client, KeyLayout(f"fuzz-{run_id}"), canonicalize=load_catalogue().canonical)
+    yield fs
+    fs.delete_all()
+
+
+_FEATURE_CASES = st.one_of(valid_case(JOB_STARTS.name), valid_case(JOB_FINISHES.name))
+_SEQUENCE = itertools.count()
+
+
+@pytest.mark.integration
+@settings(FUZZ, max_examples=max(1, EXAMPLES // 4),
+          suppress_health_check=[*FUZZ.suppress_health_check, HealthCheck.function_scoped_fixture])
+@given(case=_FEATURE_CASES)
+def test_every_valid_start_and_finish_applies_once_on_a_server_and_on_a_cluster(fuzz_store: FeatureStore,
+                                                                                case: Case) -> None:
+    """The store's scripts take whatever the contracts accept (names, ids, numbers at their
+    bounds), on one server and on a Redis Cluster: applied once, then a duplicate."""
+    if case.reason is not None:
+        return  # oversize: never reaches the store
+    ev: Any = TOPICS[case.topic].decode(case.value)
+    # unique per example (Hypothesis may draw the same ids twice); the generated text stays first,
+    # where a key's hash tag begins
+    n = f"~{next(_SEQUENCE)}"
+    ev = dataclasses.replace(ev, job_key=ev.job_key[:ID_LEN - len(n)] + n, event_id=ev.event_id[:128 - len(n)] + n)
+    apply = fuzz_store.apply_starts if isinstance(ev, JobStart) else fuzz_store.apply_finishes
+    assert apply([ev]) == [1], case.what
+    assert apply([ev]) == [0], case.what
 
 
 # ------------------------------------------------------------------ through a worker
