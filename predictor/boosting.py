@@ -7,6 +7,9 @@ job's own speed removed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import lightgbm as lgb
 import numpy as np
 
@@ -22,6 +25,18 @@ SMALL_SIZE: dict[str, float] = {"num_leaves": 15, "n_estimators": 400, "min_chil
 #: rows, which is every type of a public measurement table.
 CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 100, "cat_smooth": 10.0, "cat_l2": 10.0}
 FEW_ROWS_CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 5, "cat_smooth": 1.0, "cat_l2": 1.0}
+
+
+def map_values(values: np.ndarray, table: Mapping[str, Any], default: Any, dtype: Any) -> np.ndarray:
+    """``table[str(v)]`` for each value, ``default`` where absent: one lookup per distinct value.
+
+    What ``np.unique(values.astype(str), return_inverse=True)`` and a lookup per distinct value
+    give, without turning every object into a fixed-width string and sorting them (3-4x slower on a
+    serving batch's category columns).
+    """
+    items = values.tolist()
+    found = {v: table.get(str(v), default) for v in set(items)}
+    return np.array([found[v] for v in items], dtype=dtype)
 
 
 def predict_distinct(booster: lgb.Booster, x: np.ndarray, num_threads: int) -> np.ndarray:

@@ -33,6 +33,7 @@ import numpy as np
 
 from features.roofline import TERMS, step_terms
 from features.rows import Rows
+from predictor.boosting import map_values
 
 # Columns of the terms that the per-part efficiencies scale.
 _COMPUTE, _WEIGHTS, _ACTIVATIONS, _FIXED = (TERMS.index(t) for t in ("compute", "weights", "activations", "fixed"))
@@ -50,8 +51,7 @@ def usable_rows(rows: Rows) -> int:
 
 def _codes(values: np.ndarray, vocab: dict[str, int]) -> np.ndarray:
     """Index of each value in ``vocab``, -1 when absent (one dict lookup per distinct value)."""
-    distinct, inverse = np.unique(values.astype(str), return_inverse=True)
-    return np.array([vocab.get(v, -1) for v in distinct], dtype=np.int64)[inverse.ravel()]
+    return map_values(values, vocab, -1, np.int64)
 
 
 def _vocab(values: np.ndarray) -> dict[str, int]:
@@ -223,12 +223,13 @@ class LearnedRoofline:
             raise RuntimeError("roofline is not fitted")
         terms, per_acc = step_terms(rows)
         m = _codes(rows["model_type"], self.model_types_)
-        families, fam = np.unique(rows["family"].astype(str), return_inverse=True)
-        fam_theta = np.array([self.family_theta_.get(f, np.full(len(TERMS), np.nan)) for f in families])
-        fam_theta = fam_theta.reshape(-1, len(TERMS))[fam.ravel()]
+        items = rows["family"].tolist()
+        distinct = {f: i for i, f in enumerate(dict.fromkeys(items))}
+        fam_theta = np.array([self.family_theta_.get(str(f), np.full(len(TERMS), np.nan)) for f in distinct])
+        fam_theta = fam_theta.reshape(-1, len(TERMS))[np.array([distinct[f] for f in items], dtype=np.intp)]
         theta = np.where((m >= 0)[:, None], self.theta_[np.maximum(m, 0)] if len(self.theta_) else fam_theta, fam_theta)
         # An unseen (hardware, family) pair gets the part's mean compute efficiency.
-        hf = _codes(_pair(rows["hardware"], rows["family"]), self.hardware_family_)
+        hf = self._hardware_family_codes(rows)
         h = _codes(rows["hardware"], self.hardware_)
         phi_c = np.where(hf >= 0, self.phi_compute_[np.maximum(hf, 0)],
                          np.where(h >= 0, self.phi_part_[np.maximum(h, 0)], np.nan))
@@ -238,6 +239,13 @@ class LearnedRoofline:
         weights = np.exp(self._log_weights(theta, phi_c, phi_m, phi_f))
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.asarray(np.log(per_acc) - np.log((weights * terms / self.scale_).sum(axis=1)))
+
+    def _hardware_family_codes(self, rows: Rows) -> np.ndarray:
+        """Codes of each row's ``hardware|family`` (as :func:`_pair` joins them), -1 when unseen;
+        one join per distinct pair rather than per row."""
+        items = list(zip(rows["hardware"].tolist(), rows["family"].tolist(), strict=True))
+        found = {k: self.hardware_family_.get(f"{k[0]}|{k[1]}", -1) for k in set(items)}
+        return np.array([found[k] for k in items], dtype=np.int64)
 
     # ------------------------------------------------------------------ persistence (JSON)
 

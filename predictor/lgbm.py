@@ -43,6 +43,7 @@ from predictor.boosting import (
     SMALL_ROWS,
     SMALL_SIZE,
     job_effects,
+    map_values,
     predict_distinct,
 )
 from predictor.calibration import (
@@ -174,9 +175,7 @@ class LightGBMThroughput(ThroughputModel):
         out = np.empty((len(rows["hardware"]), len(features)), dtype=np.float64)
         for j, col in enumerate(features):
             if col in CATEGORICAL:
-                codes = self.vocab_[col]
-                values, inverse = np.unique(rows[col].astype(str), return_inverse=True)
-                out[:, j] = np.array([codes.get(v, np.nan) for v in values], dtype=np.float64)[inverse]
+                out[:, j] = map_values(rows[col], self.vocab_[col], np.nan, np.float64)
             else:
                 out[:, j] = rows[col]
         return out
@@ -207,7 +206,7 @@ class LightGBMThroughput(ThroughputModel):
             base = np.asarray(self.base_.predict(self._base_matrix(rows), num_threads=self.predict_threads))
             # The same configuration on the job's prior hardware (a type seen in training).
             prior_hw = rows["prior_hw"]
-            has_prior = np.array([h in self.hardware_specs_ for h in prior_hw])
+            has_prior = map_values(prior_hw, dict.fromkeys(self.hardware_specs_, True), False, bool)
             base_prior = np.full(n, np.nan)
             if has_prior.any():
                 swapped = with_hardware(subset(rows, has_prior), self.hardware_specs_, prior_hw[has_prior])
@@ -416,7 +415,7 @@ class LightGBMThroughput(ThroughputModel):
 
     def _is_new_type(self, rows: Rows) -> np.ndarray:
         """Rows of a model type the stages' training rows lacked (a fold's own types, for its sibling)."""
-        return np.array([m not in self.model_types_ for m in rows["model_type"].astype(str)], dtype=bool)
+        return map_values(rows["model_type"], dict.fromkeys(self.model_types_, False), True, bool)
 
     def _anchor_and_correction(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
         """The anchor and the main model's raw output (its correction, for the residual target)."""
@@ -439,9 +438,11 @@ class LightGBMThroughput(ThroughputModel):
         if rows is None or not self.band_by_evidence_:
             return super().predict_band(pred)
         level, new = evidence_level(rows), self._is_new_type(rows)
-        bands = [(self.band_new_type_ or self.band_by_evidence_) if n else self.band_by_evidence_ for n in new]
-        lo = np.array([b[EVIDENCE[k]][0] for b, k in zip(bands, level, strict=True)])
-        hi = np.array([b[EVIDENCE[k]][1] for b, k in zip(bands, level, strict=True)])
+        # per evidence level, the band of known and of new model types; each row takes its own
+        known = np.array([self.band_by_evidence_[k] for k in EVIDENCE])
+        fresh = np.array([(self.band_new_type_ or self.band_by_evidence_)[k] for k in EVIDENCE])
+        lo = np.where(new, fresh[level, 0], known[level, 0])
+        hi = np.where(new, fresh[level, 1], known[level, 1])
         return pred * np.exp(lo), pred * np.exp(hi)
 
     # ------------------------------------------------------------------ persistence (no pickle)
