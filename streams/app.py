@@ -184,6 +184,33 @@ async def send_dead_letters(send: Send, letters: Sequence[DeadLetter]) -> None:
         metrics.EVENTS_OUT.labels(DEAD_LETTER.name).inc(len(letters))
 
 
+class _Buffer:
+    """The events a stream has handed over since the last batch (Faust 0.15's own buffering: a
+    stream processor fills it while the stream is consumed passively)."""
+
+    def __init__(self, stream: Any, max_: int) -> None:
+        self.stream, self.max = stream, max_
+        self.events: list[Any] = []
+        self.full, self.consumed = asyncio.Event(), asyncio.Event()
+        self.consuming: asyncio.Future[None] | None = None  # set while a batch is handed over
+
+    async def add(self, value: Any) -> Any:
+        if self.consuming is not None:
+            try:
+                await self.consuming
+            finally:
+                self.consuming = None
+        event = self.stream.current_event
+        if event is None:
+            raise RuntimeError("take_batches: no current event")
+        self.events.append(event)
+        if len(self.events) >= self.max:
+            self.full.set()
+            self.consumed.clear()
+            await self.stream.wait(self.consumed)
+        return value
+
+
 async def take_batches(stream: Any, max_: int, within: float) -> AsyncIterator[list[Any]]:
     """Faust's ``Stream.take_events``, except that a batch is acked only once its handler returned.
 
@@ -204,55 +231,33 @@ async def take_batches(stream: Any, max_: int, within: float) -> AsyncIterator[l
     list
         Faust events, in the order consumed.
     """
-    # The buffering below is Faust 0.15's own (a processor fills the buffer while the stream is
-    # consumed passively); only the acknowledgement differs.
-    events: list[Any] = []
-    full, consumed = asyncio.Event(), asyncio.Event()
-    consuming: asyncio.Future[None] | None = None
-
-    async def add(value: Any) -> Any:
-        nonlocal consuming
-        if consuming is not None:
-            try:
-                await consuming
-            finally:
-                consuming = None
-        event = stream.current_event
-        if event is None:
-            raise RuntimeError("take_batches: no current event")
-        events.append(event)
-        if len(events) >= max_:
-            full.set()
-            consumed.clear()
-            await stream.wait(consumed)
-        return value
-
+    buf = _Buffer(stream, max_)
     acks = stream.enable_acks
     stream.enable_acks = False
-    stream.add_processor(add)
+    stream.add_processor(buf.add)
     stream._enable_passive(aiter(stream.channel))
     try:
         while not stream.should_stop:
-            await stream.wait_for_stopped(full, timeout=within)
-            if not events:
+            await stream.wait_for_stopped(buf.full, timeout=within)
+            if not buf.events:
                 continue
-            consuming = stream.loop.create_future()
-            batch = list(events)
+            buf.consuming = stream.loop.create_future()
+            batch = list(buf.events)
             handled = False
             try:
                 yield batch
                 handled = True  # the consumer came back for the next batch: this one is done
             finally:
-                events.clear()
+                buf.events.clear()
                 if handled:
                     for event in batch:
                         await stream.ack(event)
-                notify(consuming)
-                full.clear()
-                consumed.set()
+                notify(buf.consuming)
+                buf.full.clear()
+                buf.consumed.set()
     finally:
         stream.enable_acks = acks
-        stream._processors.remove(add)
+        stream._processors.remove(buf.add)
 
 
 async def run_batches(stream: Any, batching: tuple[int, float], handle: Callable[[list[Any]], Awaitable[object]],
