@@ -96,5 +96,21 @@ def scale_cmd(
     emit(bench_scale(Settings.from_env(), duration, window, rate, pause_window, warm, seed=seed))
 
 
+@app.command("soak")
+def soak_cmd(
+    minutes: Annotated[float, typer.Option(min=0.1, help="Minutes of steady load.")] = 30.0,
+    rate: Annotated[float, typer.Option(min=1, help="Submissions/s (plus rate/2 starts and finishes).")] = 500.0,
+    bad_share: Annotated[float, typer.Option(min=0, max=1, help="Share of malformed messages added.")] = 0.005,
+    sample_s: Annotated[float, typer.Option(min=0.5, help="Seconds between RSS samples.")] = 5.0,
+    warmup_s: Annotated[float, typer.Option(min=0, help="Seconds before the first RSS window.")] = 60.0,
+    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    seed: Seed = 0,
+) -> None:
+    """Workers under steady load: RSS at start and end, lag, rankings, dead letters."""
+    from bench.soak import bench_soak
+
+    emit(bench_soak(Settings.from_env(), minutes, rate, bad_share, sample_s, warmup_s, warm, seed))
+
+
 if __name__ == "__main__":
     app()

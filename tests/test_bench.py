@@ -90,3 +90,16 @@ def test_scale(topics: dict[str, str], rds: redis.Redis) -> None:
     assert med["rebalance_longest_gap_ms"] > 0
     assert med["rebalance_latency_p99_ms"] >= med["rebalance_latency_p50_ms"] > 0
     no_scratch_keys_left(rds, out)
+
+
+def test_soak(topics: dict[str, str], rds: redis.Redis) -> None:
+    out = run_json("soak", "--minutes", "0.3", "--rate", "40", "--sample-s", "1", "--warmup-s", "2",
+                   "--warm", "200", "--bad-share", "0.05")
+    med = out["median"]
+    assert med["rankings"] == med["submissions"] > 0 and med["finishes"] > 0
+    assert med["dead_letters"] >= med["malformed"] > 0, "every malformed message is dead-lettered"
+    assert med["lag_features"] == med["lag_predictor"] == 0
+    for role in ("features", "predictor"):
+        assert med[f"{role}_rss_end_mb"] > 0 and f"{role}_rss_growth" in med
+    assert all(out["workers_alive_at_end"].values())
+    no_scratch_keys_left(rds, out)
