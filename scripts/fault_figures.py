@@ -8,7 +8,7 @@ failover: two predictors rank 30 submissions/s; one is killed (SIGKILL) 5 s in. 
 longest wait of a submission published after the kill (``since_submit_ms`` of its first
 ranking: how long rankings stopped for the dead predictor's partitions) and the duplicates.
 
-redis-outage / broker-outage: one ``leap worker all`` takes finishes (100/s) and submissions
+redis-outage / broker-outage: one ``leap worker all`` takes starts (at once), finishes (100/s) and submissions
 (10/s) for the outage plus 30 s; the dependency goes down 10 s in for ``--seconds``. Prints the
 finishes missing from the features (against a clean pass) and the submissions without a ranking.
 Each prints one JSON line.
@@ -24,13 +24,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core.settings import Settings
 from services.workers import WorkerProcess
-from streams.topics import JOB_FINISHES, SUBMISSIONS
+from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS
 from tests.faults_support import (
     PrivateRedis,
     applied_count,
@@ -46,14 +49,30 @@ from tests.faults_support import (
 )
 
 
-def failover(tmp: Path, session_timeout: float) -> dict[str, object]:
+@contextlib.contextmanager
+def rig(tmp: Path, prefix: str, **over: Any) -> Iterator[tuple[Settings, PrivateRedis, Any, list[WorkerProcess]]]:
+    """A private redis-server and broker, settings for them, and a list for workers; all stopped
+    at the end, whatever happens."""
     red = PrivateRedis(tmp / "redis")
     red.start()
-    with private_kafka(tmp) as (base, _):
-        settings = replace(base, redis_url=red.url, redis_from_env=True, home=tmp / "home", key_prefix="fo",
-                           kafka_session_timeout=session_timeout)
-        fresh_groups(settings)
-        workers = [WorkerProcess(settings, "predictor", tmp / f"p{i}.log") for i in range(2)]
+    workers: list[WorkerProcess] = []
+    try:
+        with private_kafka(tmp) as (base, restart_broker):
+            settings = replace(base, redis_url=red.url, redis_from_env=True, home=tmp / "home", key_prefix=prefix,
+                               **over)
+            fresh_groups(settings)
+            try:
+                yield settings, red, restart_broker, workers
+            finally:
+                for w in workers:
+                    w.stop(20)
+    finally:
+        red.stop()
+
+
+def failover(tmp: Path, session_timeout: float) -> dict[str, object]:
+    with rig(tmp, "fo", kafka_session_timeout=session_timeout) as (settings, _, _, workers):
+        workers += [WorkerProcess(settings, "predictor", tmp / f"p{i}.log") for i in range(2)]
         warm = workload("warm", 0, 60)
         publish(settings, SUBMISSIONS.name, warm.submissions)
         read_rankings(settings, {s["attempt_id"] for s in warm.submissions}, 120)
@@ -70,23 +89,19 @@ def failover(tmp: Path, session_timeout: float) -> dict[str, object]:
         duplicates = check_rankings(found, ids)
         firsts = [min(rs, key=lambda r: r.event_time) for rs in found.values()]
         after = [r.since_submit_ms or 0.0 for r in firsts if r.submission_time >= killed_at]
-        for w in workers:
-            w.stop(20)
-    red.stop()
     return {"fault": "predictor kill -9", "session_timeout_s": session_timeout, "submissions": len(ids),
             "ranked": len(found), "duplicates": duplicates, "longest_wait_after_kill_s": round(max(after) / 1000, 2)}
 
 
-def outage(tmp: Path, what: str, seconds: float) -> dict[str, object]:
-    red = PrivateRedis(tmp / "redis")
-    red.start()
-    with private_kafka(tmp) as (base, restart_broker):
-        settings = replace(base, redis_url=red.url, redis_from_env=True, home=tmp / "home", key_prefix="out")
-        fresh_groups(settings)
+def outage(tmp: Path, what: str, seconds: float, settle: float) -> dict[str, object]:
+    with rig(tmp, "out") as (settings, red, restart_broker, workers):
         worker = WorkerProcess(settings, "all", tmp / "all.log")
+        workers.append(worker)
         span = seconds + 30
         work = workload("out", int(span * 100), int(span * 10), jobs=max(120, int(span * 10)),
-                        models=max(40, int(span * 4)), families=max(20, int(span * 2)))
+                        models=max(40, int(span * 4)), families=max(20, int(span * 2)),
+                        pair_every=max(20, int(span * 10) // 6))
+        publish(settings, JOB_STARTS.name, work.starts)
         feeds = [threading.Thread(target=publish, args=(settings, JOB_FINISHES.name, work.finishes, 100.0)),
                  threading.Thread(target=publish, args=(settings, SUBMISSIONS.name, work.submissions, 10.0))]
         for feed in feeds:
@@ -103,16 +118,14 @@ def outage(tmp: Path, what: str, seconds: float) -> dict[str, object]:
         for feed in feeds:
             feed.join()
         ids = {s["attempt_id"] for s in work.submissions}
-        found = read_rankings(settings, ids, 300)
+        found = read_rankings(settings, ids, settle)
         client = red.client()
         with contextlib.suppress(AssertionError):  # what is still missing then is reported below
-            wait_until(lambda: applied_count(client, "out", work) >= len(work.finishes), 300, "finishes applied")
+            wait_until(lambda: applied_count(client, "out", work) >= len(work.finishes), settle, "finishes applied")
         missing = len(work.finishes) - applied_count(client, "out", work)
         clean_pass(client, "clean", work)
         got, want = dump(client, "out"), dump(client, "clean")
         alive = worker.alive()
-        worker.stop(20)
-    red.stop()
     return {"fault": f"{what} outage", "down_s": round(down_for, 1), "finishes": len(work.finishes),
             "finishes_missing": missing,
             "feature_keys_differing": sum(1 for k in want.keys() | got.keys() if got.get(k) != want.get(k)),
@@ -125,12 +138,13 @@ def main() -> None:
     parser.add_argument("what", choices=("failover", "redis-outage", "broker-outage"))
     parser.add_argument("--session-timeout", type=float, default=6.0)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--settle", type=float, default=300.0, help="longest wait for the last events afterwards")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="leap-faults-"))
     if args.what == "failover":
         result = failover(tmp, args.session_timeout)
     else:
-        result = outage(tmp, args.what.split("-")[0], args.seconds)
+        result = outage(tmp, args.what.split("-")[0], args.seconds, args.settle)
     print(json.dumps(result))
 
 

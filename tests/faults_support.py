@@ -160,22 +160,24 @@ class Workload:
     submissions: list[dict[str, Any]]
 
 
-def workload(run: str, n_finishes: int, n_subs: int, jobs: int = 120, models: int = 40, families: int = 20) -> Workload:
+def workload(run: str, n_finishes: int, n_subs: int, jobs: int = 120, models: int = 40, families: int = 20,
+             pair_every: int = 20) -> Workload:
     """Events whose features do not depend on how partitions interleave.
 
     Aggregates keep windows of the newest observations (64 per lookup, 32 per pair field); once
     one overflows, which observation it keeps depends on the order the partitions were read in,
     with or without a fault, and two correct runs can differ. So here no lookup or pair window
     overflows: ~10 finishes per job, a few per model and family, and every 20th job alternates
-    between two hardware types (paired ratios) with pairs spread over three hardware pairs.
+    between two hardware types (paired ratios) with pairs spread over three hardware pairs
+    (``pair_every``: keep ``jobs / pair_every`` at about 6, or the pair windows overflow).
     """
     finishes, starts = [], []
     for i in range(n_finishes):
         j = i % jobs
         job, model = f"{run}-job{j}", j % models
         hw = HARDWARE[j % len(HARDWARE)]
-        if j % 20 == 0 and (i // jobs) % 2:
-            hw = HARDWARE[(j // 20) % (len(HARDWARE) - 1) + 1]
+        if j % pair_every == 0 and (i // jobs) % 2:
+            hw = HARDWARE[(j // pair_every) % (len(HARDWARE) - 1) + 1]
         outcome = "failed" if i % 17 == 0 else "completed"
         tput = None if outcome == "failed" else 100.0 + (i * 37) % 900
         finishes.append(finish_dict(job, f"{run}-f{i}", T0 + i, hw, tput, model_type=f"{run}-m{model}",
