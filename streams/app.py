@@ -25,7 +25,7 @@ from core.settings import Settings
 from streams import metrics
 from streams.deadletter import dead_letter, fit_dead_letter
 from streams.events import DeadLetter, Event, EventError
-from streams.resilience import KAFKA, call_until_up
+from streams.resilience import KAFKA, Abandoned, call_until_up, stop_waiting_when
 from streams.topics import ALL_TOPICS, DEAD_LETTER, consumer_group
 
 log = logging.getLogger("leap.streams")
@@ -129,6 +129,7 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
         broker_commit_every=500,
         broker_commit_interval=1.0,
     )
+    stop_waiting_when(lambda: bool(app.should_stop))
     topics = {
         t.name: app.topic(t.name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         for t in ALL_TOPICS
@@ -271,6 +272,12 @@ async def run_batches(stream: Any, batching: tuple[int, float], handle: Callable
     async for batch in take_batches(stream, *batching):
         try:
             await handle(batch)
+        except Abandoned as exc:
+            # Faust would wait for this batch before stopping; it is not committed, so exiting
+            # now loses nothing (the restarted worker reads it again).
+            log.warning("%s: %s; a batch of %d stays uncommitted; exiting", name, exc, len(batch))
+            logging.shutdown()
+            os._exit(EXIT_UNPROCESSED)
         except Exception:
             log.critical("%s: a batch of %d failed and stays uncommitted; exiting", name, len(batch),
                          exc_info=True)

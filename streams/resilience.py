@@ -22,6 +22,27 @@ log = logging.getLogger("leap.streams")
 
 T = TypeVar("T")
 
+class Abandoned(BaseException):
+    """The worker is stopping while a batch waits out an outage: the batch is given up, unacked.
+
+    A ``BaseException``, like cancellation, so that no ``except Exception`` of a handler takes
+    it for a bad event and dead-letters what is only waiting.
+    """
+
+
+#: Tell whether the worker is stopping (:func:`stop_waiting_when`; Faust's app is above this module).
+_STOPPING: list[Callable[[], bool]] = []
+
+
+def stop_waiting_when(stopping: Callable[[], bool]) -> None:
+    """Make :func:`call_until_up` give up (:class:`Abandoned`) once ``stopping()`` is true.
+
+    Faust stops by waiting for every event in flight to be acked; a batch waiting for Redis
+    would hold a SIGTERM for as long as the outage lasts.
+    """
+    _STOPPING.append(stopping)
+
+
 #: First wait after a failed call; each further failure doubles it, up to :data:`BACKOFF_CAP_S`.
 BACKOFF_FIRST_S = 0.05
 #: Longest wait between two attempts: a recovered dependency is noticed within this long.
@@ -85,8 +106,8 @@ async def call_until_up(dependency: Dependency, fn: Callable[[], Awaitable[T]]) 
 
     Returns
     -------
-    What ``fn()`` gives. Any other error is raised at once; cancellation (shutdown, rebalance)
-    is raised too, and the batch then stays unacked.
+    What ``fn()`` gives. Any other error is raised at once; cancellation, and :class:`Abandoned`
+    when the worker stops during the outage, are raised too, and the batch then stays unacked.
     """
     attempt = 0
     while True:
@@ -96,6 +117,8 @@ async def call_until_up(dependency: Dependency, fn: Callable[[], Awaitable[T]]) 
             if not dependency.is_outage(exc):
                 raise
             dependency.mark_down(exc)
+            if any(stopping() for stopping in _STOPPING):
+                raise Abandoned(f"stopping while {dependency.name} is unavailable") from exc
             await asyncio.sleep(backoff(attempt))
             attempt += 1
             continue

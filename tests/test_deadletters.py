@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import jsonschema
@@ -117,3 +118,21 @@ def test_outages_are_told_apart_from_bad_requests() -> None:
 def test_backoff_grows_and_is_capped() -> None:
     waits = [backoff(i) for i in range(40)]
     assert waits == sorted(waits) and waits[0] < 0.1 and waits[-1] == BACKOFF_CAP_S
+
+
+async def test_a_stop_during_an_outage_abandons_the_batch_without_dead_letters(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streams.resilience as resilience
+    from features.agents import apply_with_isolation
+
+    monkeypatch.setattr(resilience, "_STOPPING", [])
+    resilience.stop_waiting_when(lambda: True)  # the worker was asked to stop
+
+    def redis_down(events: Sequence[Submission]) -> list[int]:
+        raise redis.ConnectionError("refused")
+
+    subs = [submission("j", 1)]
+    letters_out = Outbox()
+    with pytest.raises(resilience.Abandoned):
+        sources = [e.message for e in consumed(SUBMISSIONS.name, [(b"j", subs[0].encode())])]
+        await apply_with_isolation(redis_down, subs, sources, letters_out)
+    assert letters_out.sent == []  # waiting is not failing: nothing dead-lettered
