@@ -10,6 +10,11 @@ with at most ``window`` submissions unanswered — and a second thread follows t
 
 Latency is measured in this process from just before ``produce`` to the ranking's arrival, so
 it includes both Kafka hops and the client's own batching (``linger.ms``, ``fetch.wait.max.ms``).
+It is split where the worker's clock (the same machine's) marks it: ``hop_in`` from ``produce``
+to the worker's receipt of the batch (the ranking's ``event_time`` less its ``latency_ms``:
+client linger, broker, the worker's fetch and batch window), ``worker_latency`` inside the
+worker, ``hop_out`` from the ranking's ``event_time`` to its arrival here (the worker's send and
+linger, broker, this client's fetch).
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass
 class Collector:
-    """Follows the rankings topic on a thread; keeps arrival time and worker latency per attempt."""
+    """Follows the rankings topic on a thread; keeps arrival time, worker latency (ms) and the
+    ranking's ``event_time`` per attempt."""
 
     client: SchedulerClient
-    got: dict[str, tuple[float, float]] = field(default_factory=dict)
+    got: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     tag: str = ""
     answered: int = 0  # rankings of the current run (attempt ids carrying ``tag``)
     versions: dict[str, int] = field(default_factory=dict)  # model versions of those rankings
@@ -57,7 +63,7 @@ class Collector:
     def _run(self) -> None:
         while not self._stop.is_set():
             for ranking, at in self.client.rankings(timeout=0.2):
-                self.got[ranking.attempt_id] = (at, ranking.latency_ms)
+                self.got[ranking.attempt_id] = (at, ranking.latency_ms, ranking.event_time)
                 if self.tag and self.tag in ranking.attempt_id:
                     self.answered += 1
                     self.versions[ranking.model_version] = self.versions.get(ranking.model_version, 0) + 1
@@ -134,6 +140,8 @@ def run_once(client: SchedulerClient, collector: Collector, pool: list[Submissio
         "rankings_per_s": len(got) / max(1e-9, last - start),
         **percentiles_ms(lat, "latency"),
         **percentiles_ms([v[1] / 1000.0 for v in got.values()], "worker_latency"),
+        **percentiles_ms([got[a][2] - got[a][1] / 1000.0 - t for a, t in sent.items() if a in got], "hop_in"),
+        **percentiles_ms([v[0] - v[2] for v in got.values()], "hop_out"),
     }
 
 
