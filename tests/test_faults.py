@@ -264,15 +264,24 @@ def test_redis_stopped_for_30_s_and_restarted(make_rig: Callable[..., Rig], run_
 
     def outage() -> None:
         _after_progress(rig, work, 0.2)
+        down_at = time.monotonic()
         rig.redis.stop(signal.SIGTERM)  # a clean stop: the server writes its snapshot
         publish(rig.settings, SUBMISSIONS.name, early)  # submissions arrive during the outage too
-        time.sleep(30)
+        # A worker stopped during the outage gives its waiting batch up at once (exit 75, nothing
+        # committed) instead of holding the stop; its successor starts while Redis is still down.
+        wait_until(lambda: "redis is unavailable" in worker.log_path.read_text(errors="replace"), 30,
+                   "the worker noticing the outage")
+        stopped_at = time.monotonic()
+        assert worker.stop(timeout=30) == 75 and time.monotonic() - stopped_at < 15
+        rig.killed.add(id(worker))
+        rig.start("all")
+        time.sleep(max(0.0, 30 - (time.monotonic() - down_at)))
         rig.redis.start()
 
     run_phases(rig, replace(work, submissions=late), during_features=outage)
     ids = {sub["attempt_id"] for sub in early}
     check_rankings(read_rankings(rig.settings, ids, SETTLE_S), ids)
-    log = worker.log_path.read_text(errors="replace")
+    log = rig.workers[-1].log_path.read_text(errors="replace")
     assert "redis is unavailable" in log and "redis is back" in log  # on-call saw it, once each way
 
 
