@@ -31,7 +31,7 @@ from streams.topics import DEAD_LETTER, RANKINGS, SUBMISSIONS
 log = logging.getLogger("leap.predictor")
 
 #: A short window: at low rates it bounds the added latency, at high rates batches fill first.
-PREDICT_BATCH = (500, 0.01)
+PREDICT_BATCH = (500, 0.003)
 
 
 async def handle_submissions(
