@@ -15,6 +15,10 @@ to the worker's receipt of the batch (the ranking's ``event_time`` less its ``la
 client linger, broker, the worker's fetch and batch window), ``worker_latency`` inside the
 worker, ``hop_out`` from the ranking's ``event_time`` to its arrival here (the worker's send and
 linger, broker, this client's fetch).
+
+After each run the same submissions go through the ranking loop in this process (decode, rank
+with the lookup fallback on the same store, encode): ``ratio_to_bare`` is the run's rankings/s
+over that loop's, a like-for-like ratio when the worker served the lookup too (``model_versions``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from bench.common import Figures, percentiles_ms, report, say, scratch_prefix
 from bench.workload import make_workload, seed_store
 from core.hardware import load_catalogue
 from core.settings import Settings
-from features.store import open_store
+from features.store import FeatureStore, open_store
+from predictor.service import ModelHolder, RankingService, lookup_fallback
 from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Submission
@@ -154,16 +159,30 @@ def worker_ready(client: SchedulerClient, worker: WorkerProcess, probe: Submissi
     return ready_s, members
 
 
+def bare_loop(store: FeatureStore, pool: list[Submission], batch: int = 500) -> float:
+    """Submissions/s of the ranking loop in this process (decode, ``RankingService.rank`` with the
+    lookup fallback on the same store, encode): what end to end is compared with (``ratio_to_bare``)."""
+    service = RankingService(store, load_catalogue(), ModelHolder(lookup_fallback()))
+    raw = [[s.encode() for s in pool[i:i + batch]] for i in range(0, len(pool), batch)]
+    t0 = time.perf_counter()
+    for part in raw:
+        for ranking in service.rank([Submission.decode(b) for b in part]):
+            ranking.encode()
+    return len(pool) / (time.perf_counter() - t0)
+
+
 def repeat_runs(client: SchedulerClient, pool: list[Submission], rate: float, duration: float, window: int,
-                drain: float, repeat: int) -> tuple[list[Figures], dict[str, int]]:
-    """``repeat`` runs of :func:`run_once` with one rankings follower; the runs and the model
-    versions of the rankings they got."""
+                drain: float, repeat: int, store: FeatureStore) -> tuple[list[Figures], dict[str, int]]:
+    """``repeat`` runs of :func:`run_once` with one rankings follower, each followed by the bare
+    loop (:func:`bare_loop`); the runs and the model versions of the rankings they got."""
     collector = Collector(client)
     collector.start()
     runs: list[Figures] = []
     try:
         for r in range(repeat):
             runs.append(run_once(client, collector, pool, rate, duration, window, drain))
+            runs[-1]["bare_rankings_per_s"] = bare_loop(store, pool)
+            runs[-1]["ratio_to_bare"] = runs[-1]["rankings_per_s"] / runs[-1]["bare_rankings_per_s"]
             say(f"run {r + 1}/{repeat}: {runs[-1]['rate_achieved_per_s']:.0f}/s published, "
                 f"p50 {runs[-1]['latency_p50_ms']:.1f} ms, p99 {runs[-1]['latency_p99_ms']:.1f} ms")
     finally:
@@ -218,7 +237,7 @@ def bench_e2e(
         worker = WorkerProcess(replace(settings, home=home, key_prefix=prefix), role, home / "worker.log")
         with SchedulerClient(settings) as client:
             ready_s, members = worker_ready(client, worker, w.submissions[0], settings, role, startup_timeout)
-            runs, versions = repeat_runs(client, w.submissions, rate, duration, window, drain, repeat)
+            runs, versions = repeat_runs(client, w.submissions, rate, duration, window, drain, repeat, store)
     finally:
         if worker is not None:
             worker.stop()
