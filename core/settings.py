@@ -23,6 +23,10 @@ LOCAL_REDIS_PORT = 16379
 LOCAL_KAFKA_CLUSTER_PORTS = ((19192, 19193), (19194, 19195), (19196, 19197))
 #: Ports of the local Redis Cluster's three masters (``leap services up --redis-cluster``).
 LOCAL_REDIS_CLUSTER_PORTS = (17001, 17002, 17003)
+#: (broker, controller) ports of the secured local broker and the TLS port of the secured local
+#: redis-server (``leap services up --secure``): apart from the plain ones, so both can run.
+LOCAL_SECURE_KAFKA_PORTS = (19292, 19293)
+LOCAL_SECURE_REDIS_PORT = 16380
 
 #: Seconds without a heartbeat after which the broker gives a worker's partitions to another (Faust's
 #: default, 60 s, stopped rankings for a minute after a predictor died). 6 s is the broker's default
@@ -62,6 +66,9 @@ class Settings:
         ``host:port[,host:port]`` of the Kafka cluster.
     redis_url
         ``redis://`` or ``rediss://`` URL of the online store.
+    redis_ca_file
+        CA certificates (PEM) that a ``rediss://`` server's certificate must chain to
+        (``LEAP_REDIS_CA_FILE``); None: the system's trust store. See :meth:`redis_options`.
     home
         Folder for local service data, logs, the model registry and reports (git-ignored).
     key_prefix
@@ -101,6 +108,7 @@ class Settings:
 
     kafka_bootstrap: str = f"127.0.0.1:{LOCAL_KAFKA_PORT}"
     redis_url: str = f"redis://127.0.0.1:{LOCAL_REDIS_PORT}/0"
+    redis_ca_file: Path | None = None
     home: Path = field(default_factory=lambda: _repo_root() / ".leap")
     key_prefix: str = "leap"
     kafka_security: dict[str, str] = field(default_factory=dict, repr=False)
@@ -129,6 +137,7 @@ class Settings:
             kafka_bootstrap=env.get("LEAP_KAFKA_BOOTSTRAP") or default_bootstrap,
             kafka_brokers=brokers,
             redis_url=env.get("LEAP_REDIS_URL") or default_redis,
+            redis_ca_file=Path(env["LEAP_REDIS_CA_FILE"]) if env.get("LEAP_REDIS_CA_FILE") else None,
             redis_cluster=cluster,
             topic_partitions=_number(env, "LEAP_TOPIC_PARTITIONS", int, defaults.topic_partitions),
             topic_replication=_number(env, "LEAP_TOPIC_REPLICATION", int, brokers if brokers > 1 else -1),
@@ -163,6 +172,8 @@ class Settings:
         if self.topic_replication != -1:
             env["LEAP_TOPIC_REPLICATION"] = str(self.topic_replication)
         env.update({var: self.kafka_security[key] for var, key in KAFKA_SECURITY_VARS if key in self.kafka_security})
+        if self.redis_ca_file is not None:
+            env["LEAP_REDIS_CA_FILE"] = str(self.redis_ca_file)
         if self.prices_file is not None:
             env["LEAP_PRICES_FILE"] = str(self.prices_file)
         if self.archive_dir is not None:
@@ -181,6 +192,13 @@ class Settings:
     def archive_root(self) -> Path:
         """The history archive folder: ``archive_dir`` if set, else ``home / "archive"``."""
         return self.archive_dir if self.archive_dir is not None else self.home / "archive"
+
+    def redis_options(self) -> dict[str, Any]:
+        """Keyword arguments of redis-py's ``from_url`` beyond the URL: the CA file of a ``rediss://``
+        server (a plain ``redis://`` connection takes no TLS arguments)."""
+        if self.redis_ca_file is None or not self.redis_url.startswith("rediss://"):
+            return {}
+        return {"ssl_ca_certs": str(self.redis_ca_file)}
 
     def confluent_config(self, **extra: Any) -> dict[str, Any]:
         """librdkafka configuration for confluent-kafka clients."""

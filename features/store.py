@@ -307,15 +307,17 @@ def _parse_windows(fields: Sequence[str], values: Sequence[bytes | None], level:
 
 
 def redis_client(settings: Settings) -> Client:
-    """A Redis client for ``settings`` (TLS and AUTH come from the ``rediss://user:pass@`` URL).
+    """A Redis client for ``settings`` (TLS and AUTH come from the ``rediss://user:pass@`` URL, the
+    CA from ``LEAP_REDIS_CA_FILE``).
 
     With ``settings.redis_cluster`` the URL names any one node of a Redis Cluster; the client
     discovers the others and the slot map from it.
     """
+    tls = settings.redis_options()
     if settings.redis_cluster:
-        return RedisCluster.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+        return RedisCluster.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5, **tls)
     return redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5,
-                                health_check_interval=30)
+                                health_check_interval=30, **tls)
 
 
 def open_store(settings: Settings, catalogue: Catalogue | None = None, prefix: str | None = None) -> FeatureStore:

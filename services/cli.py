@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from core.settings import Settings
+from core.settings import Settings, redact
 from services.processes import ServiceError
+from services.secure import new_stack, secure_home, secure_pids, start_secure_stack, stop_secure_stack
 from services.stack import down, status, up
 
 app = typer.Typer(help="Local Apache Kafka (KRaft) and redis-server.", no_args_is_help=True)
@@ -34,8 +37,16 @@ def up_command(
         help="1 or 3 local brokers (default: LEAP_KAFKA_BROKERS, else 1). Clients of a three-broker "
              "cluster need LEAP_KAFKA_BROKERS=3 too.",
     ),
+    secure: bool = typer.Option(
+        False, "--secure",
+        help="Instead, start a secured stack beside the plain one: Kafka with a SASL_SSL (SCRAM) listener and "
+             "Redis with TLS and an ACL user, new certificates and passwords; its LEAP_* settings go to a file.",
+    ),
 ) -> None:
     """Start Kafka and Redis (or find them running) and wait until both answer."""
+    if secure:
+        _up_secure()
+        return
     env = dict(os.environ)
     if kafka_brokers:
         env["LEAP_KAFKA_BROKERS"] = str(kafka_brokers)
@@ -59,13 +70,48 @@ def up_command(
     Console().print(table)
 
 
+def _up_secure() -> None:
+    """``up --secure``: the stack of :mod:`services.secure` on its fixed local ports."""
+    base = Settings.from_env()
+    folder = secure_home(base)
+    t0 = time.monotonic()
+    if any(pid is not None for pid in secure_pids(base, folder)):
+        action = "running"
+        settings = Settings.from_env({**os.environ, **_read_env_file(new_stack(folder).env_file)})
+    else:
+        try:
+            with _console.status("starting the secured services") as spinner:
+                settings = start_secure_stack(base, new_stack(folder), step=lambda msg: spinner.update(msg))
+        except ServiceError as exc:
+            _fail(exc)
+            return
+        action = "started"
+    table = Table("service", "security", "state", "address", "seconds")
+    table.add_row("kafka", "SASL_SSL, SCRAM-SHA-512", action, settings.kafka_bootstrap, f"{time.monotonic() - t0:.1f}")
+    table.add_row("redis", "TLS, ACL user", action, redact(settings.redis_url), "")
+    Console().print(table)
+    Console().print(f"settings (passwords included, mode 0600): set -a; . {new_stack(folder).env_file}; set +a")
+
+
+def _read_env_file(path: Path) -> dict[str, str]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
 @app.command("down")
 def down_command(
     purge: bool = typer.Option(False, "--purge", help="Also delete the services' data and logs."),
+    secure: bool = typer.Option(False, "--secure", help="Stop only the secured stack of `up --secure`."),
 ) -> None:
     """Stop the services that `up` started (SIGTERM, then SIGKILL after a grace period)."""
+    base = Settings.from_env()
+    folder = secure_home(base)
+    if secure or any(pid is not None for pid in secure_pids(base, folder)):
+        Console().print(f"secure: {stop_secure_stack(base, folder)}")
+    if secure:
+        return
     try:
-        result = down(Settings.from_env(), purge=purge)
+        result = down(base, purge=purge)
     except ServiceError as exc:
         _fail(exc)
         return

@@ -46,7 +46,8 @@ def redis_version(settings: Settings, timeout: float = 3.0) -> str:
     """PING the Redis server and return its version; raises on failure."""
     import redis
 
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                  **settings.redis_options())
     try:
         client.ping()
         info = client.info("server")

@@ -95,10 +95,19 @@ def test_to_env_round_trips_through_from_env(tmp_path: Path) -> None:
         "LEAP_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "LEAP_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "LEAP_KAFKA_SASL_USERNAME": "leap",
         "LEAP_KAFKA_SASL_PASSWORD": "secret", "LEAP_KAFKA_SSL_CAFILE": "/ca.pem",
+        "LEAP_REDIS_CA_FILE": "/redis-ca.pem",
     }
     settings = Settings.from_env(env)
     assert settings.to_env() == env
     assert Settings.from_env(settings.to_env()) == settings
+
+
+def test_the_redis_ca_file_goes_to_tls_connections_only() -> None:
+    tls = Settings.from_env({"LEAP_REDIS_URL": "rediss://u:p@r:6380/0", "LEAP_REDIS_CA_FILE": "/ca.pem"})
+    assert tls.redis_options() == {"ssl_ca_certs": "/ca.pem"}
+    # redis-py's plain connection takes no ssl_* argument: a CA file must not break a redis:// URL
+    plain = Settings.from_env({"LEAP_REDIS_URL": "redis://r:6380/0", "LEAP_REDIS_CA_FILE": "/ca.pem"})
+    assert plain.redis_options() == {}
 
 
 def test_redis_cluster_flag_defaults_to_the_local_cluster_and_round_trips() -> None:
