@@ -21,6 +21,8 @@ wanted=()
 command -v redis-server >/dev/null 2>&1 || wanted+=(redis-server)
 command -v java >/dev/null 2>&1 || wanted+=(java)
 command -v mvn >/dev/null 2>&1 || wanted+=(maven)
+# the secured stack (leap services up --secure, tests/test_security.py) makes its test certificates
+command -v openssl >/dev/null 2>&1 || wanted+=(openssl)
 # the browser tests drive headless Chromium
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || wanted+=(chromium)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import ssl
 import struct
@@ -28,9 +29,17 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from core.settings import Settings
+from features.store import _lua as store_lua
 from features.store import open_store, redis_client
 from services.processes import ROOT
-from services.secure import SecureStack, new_stack, secure_pids, start_secure_stack, stop_secure_stack
+from services.secure import (
+    REDIS_ACL_COMMANDS,
+    SecureStack,
+    new_stack,
+    secure_pids,
+    start_secure_stack,
+    stop_secure_stack,
+)
 from services.workers import WorkerProcess, worker_env
 from streams.client import SchedulerClient
 from streams.topics import create_topics
@@ -180,6 +189,18 @@ def test_the_acl_user_has_the_stores_commands_on_its_keys_only(secured: Secured)
                     ("HSET", "other:x", "f", "1"), ("EVAL", "return 1", "0")):
         with pytest.raises(redis.exceptions.NoPermissionError):
             client.execute_command(*command)
+
+
+def test_the_acl_user_may_run_every_command_the_store_sends_and_the_docs_list_them() -> None:
+    sent = set(re.findall(r'_Command\(\("(\w+)"', (ROOT / "features" / "redis_batch.py").read_text()))
+    scripts = [p.stem for p in (ROOT / "features" / "lua").glob("*.lua") if p.stem != "window"]
+    called = {c for name in scripts for c in re.findall(r"redis\.p?call\('(\w+)'", store_lua(name))}
+    allowed = {c.split("|")[0].upper() for c in REDIS_ACL_COMMANDS}
+    assert {"EVALSHA", "HGETALL"} <= sent and {"HSET", "SADD"} <= called
+    assert sent | called | {"SCRIPT"} <= allowed, (sent | called) - allowed
+    docs = (ROOT / "docs" / "security.md").read_text()
+    missing = [c for c in REDIS_ACL_COMMANDS if f"`{c.replace('|', ' ').upper()}`" not in docs]
+    assert not missing and " ".join(f"+{c}" for c in REDIS_ACL_COMMANDS) in docs, missing
 
 
 # ---------------------------------------------------------------- a worker and the scheduler client
