@@ -237,23 +237,16 @@ def bench_predict(
     ----------
     settings
         Redis connection (the key prefix is replaced by a scratch one).
-    submissions
-        Submissions ranked per pass, in batches of ``batch``.
-    warm
-        Earlier attempts whose finishes are written to the store first.
+    submissions, batch, warm
+        Submissions ranked per pass, per ``rank`` call; earlier attempts written to the store first.
     history, trees
-        Days and attempts per day of simulated history for the LightGBM model, and an optional
-        tree count override.
-    no_redis
-        Also run each variant on snapshots read beforehand.
-    repeat
-        Runs; the report holds medians.
-    profile_dir
-        Write a cProfile dump per variant there, from an extra untimed pass.
-    model_dir, save_model
-        Load the model from a saved artifact folder instead of fitting; save the fitted one there.
-    candidates
-        Candidates per submission (0: as the simulator drew them).
+        Days x attempts per day of simulated history for the model; optional tree count override.
+    no_redis, repeat, profile_dir
+        Also run each variant on snapshots read beforehand; runs (the report holds medians); write
+        a cProfile dump per variant there, from an extra untimed pass.
+    model_dir, save_model, candidates
+        Load the model from a saved artifact folder instead of fitting; save the fitted one there;
+        candidates per submission (0: as the simulator drew them).
     """
     began = time.perf_counter()
     catalogue = load_catalogue()
