@@ -51,7 +51,7 @@ def price_candidate(
     The candidate's entry (``rank`` still None) and whether it can take a rank.
     """
     hw = catalogue.resolve(name)
-    price = catalogue.price(hw.name) if hw is not None else None
+    price = hw.price_per_hour if hw is not None else None  # catalogue.price(hw.name), one lookup fewer
     tput = per_acc * num_accelerators
     has_estimate = math.isfinite(tput) and tput > 0
     if hw is None:
