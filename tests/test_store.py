@@ -104,7 +104,8 @@ def _round_trips(store: FeatureStore, subs: list[Submission]) -> tuple[int, list
             node_client.connection_pool.reset()  # drop the discovery's connections: new ones count
             node_client.connection_pool.connection_class = CountingConnection
     else:
-        pool = redis.ConnectionPool(connection_class=CountingConnection, **store.client.connection_pool.connection_kwargs)
+        kwargs = store.client.connection_pool.connection_kwargs
+        pool = redis.ConnectionPool(connection_class=CountingConnection, **kwargs)
         client, nodes = redis.Redis(connection_pool=pool), 1
     for node_client in _node_clients(client):
         node_client.ping()  # the connection's handshake is not the read's round trip
