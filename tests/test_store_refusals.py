@@ -122,7 +122,8 @@ def test_a_refused_finish_feeds_no_aggregate_and_its_batch_mates_are_applied(sto
     lay = store.layout
     window = store.client.hget(lay.window_of(lay.lookup_model("llama-7b")), "H100-SXM") or b""
     assert b" o1 " in window and b" k1 " in window and b" b1 " not in window
-    pair_windows = b"".join(bytes(v) for v in store.client.hgetall(lay.pairs("all", None)).values())
+    stored = store.client.hgetall(lay.pairs("all", None)).values()
+    pair_windows = b"".join(v if isinstance(v, bytes) else v.encode() for v in stored)
     assert b" o1 " in pair_windows and b" b1 " not in pair_windows
     assert store.client.sismember(lay.job_seen("bad"), "b1") == 0
     assert store.read([submission("ok", 1)])[0].prior["H100-SXM"].n == 1
