@@ -20,6 +20,8 @@ default model loses accuracy and then looks beaten by a smaller model and a shor
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -90,9 +92,19 @@ class _Fit:
 _EX: Examples | None = None
 
 
-def _init_worker(ex: Examples) -> None:
+def _init_worker(ex: Examples, parent: int | None = None) -> None:
     global _EX
     _EX = ex
+    if parent is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End a pool worker once the process that started it is gone: a SIGTERM to ``leap drivers``
+    otherwise left both fitters running, orphaned, for over an hour (measured)."""
+    while os.getppid() == parent:
+        time.sleep(2.0)
+    os._exit(1)
 
 
 def _train_rows(ex: Examples, day: float, window_days: int, max_rows: int | None) -> Examples:
@@ -167,7 +179,7 @@ def _run_all(fits: dict[tuple[Any, ...], _Fit], ex: Examples, max_rows: int | No
         return out
     # spawn, not fork: a forked child can hang in OpenMP if the parent already ran LightGBM.
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=(ex,)) as pool:
+                             initializer=_init_worker, initargs=(ex, os.getpid())) as pool:
         futures = {pool.submit(_run_fit, fits[k], max_rows): k for k in order}
         for fut in as_completed(futures):
             report(futures[fut], fut.result())
