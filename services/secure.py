@@ -4,7 +4,8 @@ Kafka
     A private single-node KRaft broker whose only client listener is ``SASL_SSL`` with
     ``SCRAM-SHA-512``. Its SCRAM users are created when the storage is formatted
     (``--add-scram``); its controller listener is TLS with client certificates, so only a holder of
-    a certificate of the stack's CA (the broker itself) reaches the controller.
+    a certificate of the stack's CA (the broker itself) reaches the controller. Its authorizer lets
+    the client user do only what :data:`KAFKA_ACLS` grants.
 Redis
     A private ``redis-server`` that speaks TLS only (``port 0``), with the ``default`` user off and
     one ACL user that may run the store's commands (:data:`REDIS_ACL_COMMANDS`) on the deployment's
@@ -53,6 +54,14 @@ SCRAM_MECHANISM = "SCRAM-SHA-512"
 USER = "leap"
 BROKER_USER = "broker"
 CERT_DAYS = 30
+
+#: What the client user may do on the broker, whose authorizer refuses everything else: LEAP's
+#: topics (``leap.*``) and consumer groups (``leap-*``), by prefix; nothing on the cluster itself.
+#: (resource type, name prefix, operations)
+KAFKA_ACLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("TOPIC", "leap.", ("DESCRIBE", "READ", "WRITE", "CREATE")),
+    ("GROUP", "leap-", ("DESCRIBE", "READ")),
+)
 
 #: Commands the store's ACL user may run. Its clients send EVALSHA (every update, by SHA), SCRIPT
 #: LOAD (after a NOSCRIPT reply), HGETALL and HMGET (batched reads), UNLINK and SCAN (clearing a
@@ -186,6 +195,10 @@ def kafka_overrides(stack: SecureStack) -> tuple[tuple[str, str], ...]:
         ("ssl.truststore.location", str(stack.certs.ca)),
         # the controller answers only a client certificate of this CA: the broker's own
         ("listener.name.controller.ssl.client.auth", "required"),
+        # an authenticated client may do only what KAFKA_ACLS grants it; the broker (its SCRAM user
+        # between brokers, its certificate's name on the controller listener) may do everything
+        ("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+        ("super.users", f"User:{BROKER_USER};User:CN=localhost"),
     )
 
 
@@ -260,8 +273,22 @@ def start_secure_stack(base: Settings, stack: SecureStack, step: Step | None = N
     wait_for_redis(settings, REDIS_START_TIMEOUT, redis_pid, stack.folder / "redis")
     say("waiting for the secured Kafka")
     wait_for_kafka(settings, KAFKA_START_TIMEOUT, kafka_pid, stack.node.home)
+    grant_kafka_acls(stack, settings)
     write_env_file(stack, settings)
     return settings
+
+
+def grant_kafka_acls(stack: SecureStack, settings: Settings, timeout: float = 30.0) -> None:
+    """Create :data:`KAFKA_ACLS` for the client user, as the broker's own (super) user."""
+    from confluent_kafka.admin import AclBinding, AdminClient
+
+    admin_security = {**settings.kafka_security, "sasl.username": BROKER_USER, "sasl.password": stack.broker_password}
+    # log_level 4: no notice that the short-lived client drops its queue on exit
+    admin = AdminClient({**settings.confluent_config(), **admin_security, "log_level": 4})
+    bindings = [AclBinding(kind, prefix, "PREFIXED", f"User:{USER}", "*", operation, "ALLOW")
+                for kind, prefix, operations in KAFKA_ACLS for operation in operations]
+    for future in admin.create_acls(bindings, request_timeout=timeout).values():
+        future.result(timeout)
 
 
 def _start_redis(stack: SecureStack, say: Step) -> int:
