@@ -7,7 +7,7 @@ deployment changes one set of variables and nothing else. Secrets are kept out o
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -179,6 +179,12 @@ class Settings:
         if self.archive_dir is not None:
             env["LEAP_ARCHIVE_DIR"] = str(self.archive_dir)
         return env
+
+    def __repr__(self) -> str:
+        # the dataclass's own repr, but the Redis URL's password redacted (kafka_security is left out)
+        shown = (f"{f.name}={redact(self.redis_url) if f.name == 'redis_url' else getattr(self, f.name)!r}"
+                 for f in fields(self) if f.repr)
+        return f"Settings({', '.join(shown)})"
 
     @property
     def topic_min_insync(self) -> int:

@@ -70,6 +70,8 @@ def test_a_bad_number_names_its_variable(var: str, value: str) -> None:
 
 def test_secrets_stay_out_of_repr() -> None:
     assert "s3cret" not in repr(Settings.from_env({"LEAP_KAFKA_SASL_PASSWORD": "s3cret"}))
+    shown = repr(Settings.from_env({"LEAP_REDIS_URL": "rediss://leap:s3cret@r:6380/0"}))
+    assert "s3cret" not in shown and "redis_url='rediss://leap:***@r:6380/0'" in shown
 
 
 def test_no_leap_variable_is_read_outside_settings() -> None:
