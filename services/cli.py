@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.settings import Settings, redact
-from services.processes import ServiceError
+from services.processes import ServiceError, lock
 from services.secure import new_stack, secure_home, secure_pids, start_secure_stack, stop_secure_stack
 from services.stack import down, status, up
 
@@ -75,17 +75,18 @@ def _up_secure() -> None:
     base = Settings.from_env()
     folder = secure_home(base)
     t0 = time.monotonic()
-    if any(pid is not None for pid in secure_pids(base, folder)):
-        action = "running"
-        settings = Settings.from_env({**os.environ, **_read_env_file(new_stack(folder).env_file)})
-    else:
-        try:
-            with _console.status("starting the secured services") as spinner:
-                settings = start_secure_stack(base, new_stack(folder), step=lambda msg: spinner.update(msg))
-        except ServiceError as exc:
-            _fail(exc)
-            return
-        action = "started"
+    with lock(base):  # two `up --secure` at once: one starts it, the other finds it running
+        if any(pid is not None for pid in secure_pids(base, folder)):
+            action = "running"
+            settings = Settings.from_env({**os.environ, **_read_env_file(new_stack(folder).env_file)})
+        else:
+            try:
+                with _console.status("starting the secured services") as spinner:
+                    settings = start_secure_stack(base, new_stack(folder), step=lambda msg: spinner.update(msg))
+            except ServiceError as exc:
+                _fail(exc)
+                return
+            action = "started"
     table = Table("service", "security", "state", "address", "seconds")
     table.add_row("kafka", "SASL_SSL, SCRAM-SHA-512", action, settings.kafka_bootstrap, f"{time.monotonic() - t0:.1f}")
     table.add_row("redis", "TLS, ACL user", action, redact(settings.redis_url), "")

@@ -171,6 +171,7 @@ class SecureStack:
         }
         return replace(
             base, kafka_bootstrap=f"{HOST}:{self.kafka_port}", kafka_from_env=True, kafka_brokers=1,
+            topic_replication=-1,  # one broker
             redis_url=f"rediss://{USER}:{self.redis_password}@{HOST}:{self.redis_port}/0", redis_from_env=True,
             redis_cluster=False, redis_ca_file=self.certs.ca, kafka_security=security, key_prefix=self.key_prefix,
         )
