@@ -48,7 +48,7 @@ run_step mypy mypy "${packages[@]}"
 
 printf '\n== pytest\n'
 set +e
-timeout --kill-after=60s "${LEAP_TEST_TIMEOUT:-60m}" pytest -q "$@"
+timeout --kill-after=60s "${LEAP_TEST_TIMEOUT:-60m}" pytest -q --durations=30 "$@"
 rc=$?
 set -e
 case "$rc" in
