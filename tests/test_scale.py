@@ -14,7 +14,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from features.keys import KeyLayout
 from replay.cli import app
 from services.workers import WorkerProcess
 from streams.client import SchedulerClient
+from streams.events import Ranking
 from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS, consumer_group, skip_to_end
 from tests.conftest import wait_until_ranking
 from tests.factories import T0, finish_dict, start, submission
@@ -125,35 +126,45 @@ def test_workers_join_and_leave_while_events_flow(scale_settings: Settings, pool
         pool.add(name, role)
     wait_until_ranking(scale_settings, pool["p1"])
     _await_members(scale_settings, 2)
-    events = _events(run_id, random.Random(7))
-    started = time.time() - 2
-    with SchedulerClient(scale_settings) as client:
-        producer = threading.Thread(target=_publish_slowly, args=(scale_settings, events, 24.0))
-        producer.start()
+
+    def churn() -> None:
         time.sleep(6)
         pool.add("f3", "features")
         pool.add("p3", "predictor")
         _await_members(scale_settings, 3)  # joined and holding partitions, while events flow
         assert pool["f1"].stop() == 0 and pool["p1"].stop() == 0  # leave gracefully, mid-stream
-        producer.join()
-        attempts = [f"{run_id}-job{j}-att-{k}" for j in range(JOBS) for k in range(ROUNDS)]
-        got = client.wait_for(attempts, timeout=120)
-    missing = sorted(set(attempts) - set(got))
-    assert not missing, f"{len(missing)} submissions without a ranking, e.g. {missing[:3]}"
+
+    got = _stream_and_check(scale_settings, rds, run_id, 7, 24.0, churn)
     for j in range(JOBS):
         arrivals = [got[f"{run_id}-job{j}-att-{k}"][1] for k in range(ROUNDS)]
         assert arrivals == sorted(arrivals), f"rankings of job {j} out of order"
-
-    jobs = [f"{run_id}-job{j}" for j in range(JOBS)]
-    _wait_applied(rds, scale_settings.key_prefix, jobs, per_job=2 * ROUNDS)
-    out = _rebuild(scale_settings, started, run_id)
-    assert out["events"] == 2 * JOBS * ROUNDS and out["duplicates"] == 0
-    assert out["mismatches"] == 0, out["details"]
     for name in ("f2", "f3", "p2", "p3"):
         assert pool[name].alive(), pool[name].log_tail()
     for role in ("features", "predictor"):
         shares = _assignments(scale_settings, consumer_group(role))
         assert len(shares) == 2 and all(shares), f"{role}: partitions per member {shares}"
+
+
+def _stream_and_check(settings: Settings, rds: redis.Redis, run_id: str, seed: int, seconds: float,
+                      meanwhile: Callable[[], None]) -> dict[str, tuple[Ranking, float]]:
+    """Publish the run's events over ``seconds`` while ``meanwhile`` runs; then every submission has a
+    ranking and the features equal a clean rebuild (nothing lost, nothing counted twice)."""
+    events = _events(run_id, random.Random(seed))
+    started = time.time() - 2
+    with SchedulerClient(settings) as client:
+        producer = threading.Thread(target=_publish_slowly, args=(settings, events, seconds))
+        producer.start()
+        meanwhile()
+        producer.join()
+        attempts = [f"{run_id}-job{j}-att-{k}" for j in range(JOBS) for k in range(ROUNDS)]
+        got = client.wait_for(attempts, timeout=120)
+    missing = sorted(set(attempts) - set(got))
+    assert not missing, f"{len(missing)} submissions without a ranking, e.g. {missing[:3]}"
+    _wait_applied(rds, settings.key_prefix, [f"{run_id}-job{j}" for j in range(JOBS)], per_job=2 * ROUNDS)
+    out = _rebuild(settings, started, run_id)
+    assert out["events"] == 2 * JOBS * ROUNDS and out["duplicates"] == 0
+    assert out["mismatches"] == 0, out["details"]
+    return got
 
 
 def _await_members(settings: Settings, members: int, timeout: float = 90) -> None:
@@ -209,26 +220,16 @@ def test_a_broker_killed_mid_stream_loses_and_doubles_nothing(three_brokers: Set
     try:
         workers.add("all", "all")
         wait_until_ranking(cluster, workers["all"], timeout=120)
-        events = _events(run_id, random.Random(11))
-        started = time.time() - 2
-        with SchedulerClient(cluster) as client:
-            producer = threading.Thread(target=_publish_slowly, args=(cluster, events, 16.0))
-            producer.start()
+
+        def broker_dies_and_returns() -> None:
             time.sleep(5)
             pid = local_kafka_pid(cluster, victim)
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
             time.sleep(6)
             start_node(cluster, victim, lambda _msg: None)  # back, while events still flow
-            producer.join()
-            attempts = [f"{run_id}-job{j}-att-{k}" for j in range(JOBS) for k in range(ROUNDS)]
-            got = client.wait_for(attempts, timeout=120)
-        missing = sorted(set(attempts) - set(got))
-        assert not missing, f"{len(missing)} submissions without a ranking, e.g. {missing[:3]}"
-        _wait_applied(rds, cluster.key_prefix, [f"{run_id}-job{j}" for j in range(JOBS)], per_job=2 * ROUNDS)
-        out = _rebuild(cluster, started, run_id)
-        assert out["events"] == 2 * JOBS * ROUNDS and out["duplicates"] == 0
-        assert out["mismatches"] == 0, out["details"]
+
+        _stream_and_check(cluster, rds, run_id, 11, 16.0, broker_dies_and_returns)
         assert workers["all"].alive(), workers["all"].log_tail()
     finally:
         workers.stop_all()
