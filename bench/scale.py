@@ -89,9 +89,9 @@ def _pause_figures(run: dict[str, Any], window: float) -> Figures:
     arrivals = sorted(got.values())
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     return {
-        "published": float(len(sent)), "unanswered": float(len(sent) - len(got)),
-        **percentiles_ms(lat, "latency"), **percentiles_ms(near, "rebalance_latency"),
-        "longest_gap_ms": 1000 * max(gaps, default=0.0),
+        "open_loop_published": float(len(sent)), "open_loop_unanswered": float(len(sent) - len(got)),
+        **percentiles_ms(lat, "open_loop_latency"), **percentiles_ms(near, "rebalance_latency"),
+        "open_loop_longest_gap_ms": 1000 * max(gaps, default=0.0),
     }
 
 
@@ -144,7 +144,7 @@ def bench_scale(settings: Settings, duration: float = 10.0, window: int = 400, r
         **{f"one_worker_{k}": v for k, v in one.items()},
         **{f"two_workers_{k}": v for k, v in two.items()},
         "two_over_one": two["rankings_per_s"] / max(1e-9, one["rankings_per_s"]),
-        **{f"rebalance_{k}" if not k.startswith("rebalance") else k: v for k, v in pause.items()},
+        **pause,
     }
     params = {"duration_s": duration, "window": window, "rate": rate, "pause_window_s": pause_window,
               "warm_attempts": warm, "seed": seed, "key_prefix": prefix, "kafka": settings.kafka_bootstrap}
