@@ -169,20 +169,31 @@ def _publish_finishes(client: SchedulerClient, order: list[dict[str, Any]]) -> N
 def _assert_redis_state(
     rds: redis.Redis, layout: KeyLayout, finishes: list[dict[str, Any]], worker: WorkerProcess
 ) -> None:
-    """Wait (up to 120 s) for the job hashes to match the expectation, then check the lookups."""
+    """Wait (up to 120 s) for the job hashes and the lookups to match the expectation.
+
+    The lookups are written in a second round trip, after the job scripts accepted their events
+    (features/store.py), so for a moment a job's hash can be ahead of its lookups: wait for both.
+    """
     expected_jobs, expected_aggs = _expected_state(finishes)
+
+    def lookups() -> dict[str, dict[str, tuple[int, float]]]:
+        out = {}
+        for agg in expected_aggs:
+            kind, name = agg.split(":", 1)
+            key = layout.lookup_model(name) if kind == "m" else layout.lookup_family(name)
+            stored = {_text(k): _text(v).split(",") for k, v in rds.hgetall(key).items()}
+            out[agg] = {hw: (int(n), float(m)) for hw, (n, m) in stored.items()}
+        return out
+
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         actual = {job: _read_job(rds, layout.job(job)) for job in expected_jobs}
-        if actual == expected_jobs:
+        aggs = lookups()
+        if actual == expected_jobs and aggs == expected_aggs:
             break
         time.sleep(0.5)
     assert actual == expected_jobs, worker.log_tail()
-    for agg, by_hw in expected_aggs.items():
-        kind, name = agg.split(":", 1)
-        key = layout.lookup_model(name) if kind == "m" else layout.lookup_family(name)
-        stored = {_text(k): _text(v).split(",") for k, v in rds.hgetall(key).items()}
-        assert {hw: (int(n), float(m)) for hw, (n, m) in stored.items()} == by_hw
+    assert aggs == expected_aggs
 
 
 def _rank_submissions(
