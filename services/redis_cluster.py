@@ -26,10 +26,9 @@ from services.processes import (
     owned_pid,
     refuse_taken_ports,
     services_dir,
-    spawn,
     stop_owned,
 )
-from services.redis_server import redis_server_binary
+from services.redis_server import spawn_redis
 
 SLOTS = 16384
 CLUSTER_START_TIMEOUT = 30.0
@@ -74,21 +73,13 @@ def start_local_redis_cluster(settings: Settings, step: Step) -> str:
     pids = local_cluster_pids(settings)
     if all(pid is not None for pid in pids.values()):
         return "running"
-    binary = redis_server_binary()
-    if binary is None:
-        raise ServiceError("redis-server was not found: install it (Debian: apt-get install -y redis-server).")
     for port, pid in pids.items():
         if pid is not None:
             continue
         node_dir = _node_dir(settings, port)
         refuse_taken_ports((port,), _pidfile(settings, port), "stop what holds it or set LEAP_REDIS_URL")
-        for folder in ("data", "logs"):
-            (node_dir / folder).mkdir(parents=True, exist_ok=True)
-        conf = node_dir / "redis.conf"
-        conf.write_text(_node_conf(node_dir, port))
         step(f"starting redis-server (cluster node) on {HOST}:{port}")
-        new_pid = spawn([binary, str(conf)], cwd=node_dir / "data", out=node_dir / "logs" / "redis.out")
-        _pidfile(settings, port).write_text(f"{new_pid}\n")
+        spawn_redis(node_dir, _node_conf(node_dir, port), _pidfile(settings, port))
     return "started"
 
 

