@@ -83,6 +83,18 @@ def store_client(request: pytest.FixtureRequest, rds: redis.Redis) -> Any:
     return redis_client(request.getfixturevalue("cluster_settings"))
 
 
+@pytest.fixture
+def store(store_client: Any, run_id: str) -> Iterator[Any]:
+    """A feature store under a key prefix of this test alone, on the server and on the cluster."""
+    from core.hardware import load_catalogue
+    from features.keys import KeyLayout
+    from features.store import FeatureStore
+
+    fs = FeatureStore(store_client, KeyLayout(f"store-{run_id}"), canonicalize=load_catalogue().canonical)
+    yield fs
+    fs.delete_all()
+
+
 @pytest.fixture(scope="session")
 def topics(settings: Settings) -> dict[str, str]:
     from streams.topics import create_topics

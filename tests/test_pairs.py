@@ -4,13 +4,11 @@ submission's configuration, carried into rows; idempotent under redelivery."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from core.hardware import load_catalogue
-from features.keys import PAIR_WINDOW, KeyLayout
+from features.keys import PAIR_WINDOW
 from features.offline import OfflineFeatureState
 from features.pairs import (
     coordinates,
@@ -26,13 +24,6 @@ from features.store import FeatureStore
 from tests.factories import T0, finish, submission
 
 CAT = load_catalogue()
-
-
-@pytest.fixture
-def store(store_client: Any, run_id: str) -> Iterator[FeatureStore]:
-    fs = FeatureStore(store_client, KeyLayout(f"pairs-{run_id}"), canonicalize=CAT.canonical)
-    yield fs
-    fs.delete_all()
 
 
 def test_pair_fields_are_unordered_and_signed() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +19,6 @@ from streams.events import JobFinish, JobStart, Submission
 from tests.factories import T0, finish, start, submission
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def store(store_client: Any, run_id: str) -> Iterator[FeatureStore]:
-    fs = FeatureStore(store_client, KeyLayout(f"test-{run_id}"), canonicalize=load_catalogue().canonical)
-    yield fs
-    fs.delete_all()
 
 
 def test_duplicate_finish_changes_nothing(store: FeatureStore) -> None:

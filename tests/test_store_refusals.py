@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from prometheus_client import REGISTRY
 
 from core.hardware import load_catalogue
 from features.agents import PROCESSING_ERROR, apply_with_isolation
-from features.keys import KeyLayout
 from features.layout import REJECTED
 from features.store import UNREADABLE_JOB, FeatureStore
 from predictor.models import LookupTable
@@ -30,13 +28,6 @@ from tests.factories import T0, ConsumedMessage, finish, start, submission
 pytestmark = pytest.mark.integration
 
 CAT = load_catalogue()
-
-
-@pytest.fixture
-def store(store_client: Any, run_id: str) -> Iterator[FeatureStore]:
-    fs = FeatureStore(store_client, KeyLayout(f"refuse-{run_id}"), canonicalize=CAT.canonical)
-    yield fs
-    fs.delete_all()
 
 
 def _keys(store: FeatureStore, job: str) -> dict[str, Any]:
