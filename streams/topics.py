@@ -7,7 +7,9 @@ creates what is missing and leaves existing topics alone.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -65,9 +67,11 @@ def skip_to_end(settings: Settings, group: str, topics: tuple[str, ...], timeout
     try:
         ends = end_offsets(consumer, topics, timeout)
         parts = [TopicPartition(t, p) for t, p in ends]
-        committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(parts, timeout=timeout)}
+        committed = {(tp.topic, tp.partition): tp.offset
+                     for tp in _retrying(lambda: consumer.committed(parts, timeout=timeout), timeout)}
         skipped = sum(end - max(committed[key], 0) for key, end in ends.items())
-        consumer.commit(offsets=[TopicPartition(t, p, end) for (t, p), end in ends.items()], asynchronous=False)
+        _retrying(lambda: consumer.commit(offsets=[TopicPartition(t, p, end) for (t, p), end in ends.items()],
+                                          asynchronous=False), timeout)
         return skipped
     finally:
         consumer.close()
@@ -82,21 +86,31 @@ def end_offsets(consumer: Consumer, topics: tuple[str, ...], timeout: float = 10
     }
 
 
-#: Errors of a partition whose leader is moving: asking again shortly finds the new one.
-_LEADER_MOVED = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                           KafkaError.UNKNOWN_TOPIC_OR_PART})
+#: Errors that pass: a partition's leader is moving, or the group coordinator is not ready yet
+#: (a fresh broker creates ``__consumer_offsets`` on the first group request). Asking again
+#: shortly finds the new leader or the loaded coordinator.
+_TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                        KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_COORDINATOR,
+                        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+
+T = TypeVar("T")
+
+
+def _retrying(call: Callable[[], T], timeout: float) -> T:
+    """``call()``, asked again while it fails with a transient error, until ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if exc.args[0].code() not in _TRANSIENT or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _high_watermark(consumer: Consumer, tp: TopicPartition, timeout: float) -> int:
     """The partition's end; a leader that moved (a broker restarted or just joined) is retried."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return int(consumer.get_watermark_offsets(tp, timeout=timeout)[1])
-        except KafkaException as exc:
-            if exc.args[0].code() not in _LEADER_MOVED or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return int(_retrying(lambda: consumer.get_watermark_offsets(tp, timeout=timeout), timeout)[1])
 
 
 def create_topics(settings: Settings, topics: tuple[Topic, ...] = ALL_TOPICS, timeout: float = 30.0) -> dict[str, str]:

@@ -72,6 +72,30 @@ def test_skip_to_end_moves_a_group_past_its_backlog(settings: Settings, throwawa
         consumer.close()
 
 
+def test_group_calls_wait_out_a_coordinator_that_is_not_ready() -> None:
+    """A fresh broker answers the first group requests with NOT_COORDINATOR while it creates
+    ``__consumer_offsets``; those are asked again, anything else is raised at once."""
+    from confluent_kafka import KafkaException
+
+    from streams.topics import _retrying
+
+    answers = iter([KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, None])
+
+    def committed() -> str:
+        code = next(answers)
+        if code is not None:
+            raise KafkaException(KafkaError(code))
+        return "offsets"
+
+    assert _retrying(committed, timeout=5) == "offsets"
+
+    def refused() -> str:
+        raise KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+
+    with pytest.raises(KafkaException):
+        _retrying(refused, timeout=5)
+
+
 @integration
 def test_up_reports_both_services(running_services: dict[str, Any]) -> None:
     assert set(running_services) == {"kafka", "redis"}
