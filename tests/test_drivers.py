@@ -15,7 +15,9 @@ from leap.cli import app
 from training.dataset import build_examples, read_history
 from training.drivers import VARIANTS, drivers, plot_drivers
 
-KEYS = ("no_prior", "small", "weekly", "window_60", "lookup", "transfer")
+KEYS = ("no_prior", "weekly", "window_60", "lookup", "transfer")
+# Small trees under every fit: the report's logic, not the model's size, is under test here.
+PARAMS = {"n_estimators": 30, "num_leaves": 15}
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     write_history(simulate(seed=5, days=8, attempts_per_day=400), folder)
     history = read_history(folder, with_oracle=False)
     ex = build_examples(history, load_catalogue())
-    return drivers(folder, days=2, examples=(history, ex), variants=KEYS, jobs=1)
+    return drivers(folder, days=2, examples=(history, ex), variants=KEYS, jobs=1, params=PARAMS)
 
 
 def test_shape_and_finite(result: dict[str, Any]) -> None:
@@ -44,9 +46,14 @@ def test_weekly_equals_nightly_on_the_first_day(result: dict[str, Any]) -> None:
     assert rows["weekly"]["per_day"][0]["delta"] == 0.0
 
 
-def test_window_beyond_history_is_labelled(result: dict[str, Any]) -> None:
+def test_window_beyond_history_is_labelled_and_shares_the_default_fit(result: dict[str, Any]) -> None:
     rows = {r["key"]: r for r in result["variants"]}
     assert "all available" in rows["window_60"]["name"]
+    # 8 days of history: a 60-day and a 30-day window select the same rows, so one fit serves both;
+    # weekly reuses the first day's fit: default and no_prior on two days are all that is fitted.
+    assert result["fits"] == 4
+    assert rows["window_60"]["per_day"] == rows["default"]["per_day"]
+    assert result["params"] == PARAMS
 
 
 def test_prior_throughput_drives_accuracy(result: dict[str, Any]) -> None:

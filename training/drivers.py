@@ -19,11 +19,12 @@ default model loses accuracy and then looks beaten by a smaller model and a shor
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,19 +134,30 @@ def _run_fit(job: _Fit, max_rows: int | None) -> tuple[dict[float, float], int, 
     return accs, len(train), time.perf_counter() - t0
 
 
-def _fit_key(v: Variant, i: int, test_days: list[float], window_days: int) -> tuple[Any, ...]:
-    """(params, window, training day) of the model that scores test day ``i`` for ``v``."""
-    return v.params, v.window_days or window_days, test_days[i - i % v.cadence_days]
+def _fit_key(v: Variant, i: int, test_days: list[float], window_days: int, first_submit: float,
+             base_params: dict[str, Any]) -> tuple[Any, ...]:
+    """(params, window, training day) of the model that scores test day ``i`` for ``v``.
+
+    A window reaching past the first submission selects the same rows as any longer one: it
+    is cut to what the history holds, so such variants share one fit instead of repeating it.
+    """
+    train_day = test_days[i - i % v.cadence_days]
+    window = min(v.window_days or window_days, math.ceil((train_day - first_submit) / DAY))
+    return tuple({**base_params, **dict(v.params)}.items()), window, train_day
 
 
-def _plan(variants: Sequence[Variant], test_days: list[float], window_days: int) -> dict[tuple[Any, ...], _Fit]:
+#: ``key_of(variant, i)``: the key of the fit scoring test day ``i`` (:func:`_fit_key` with the run's settings)
+KeyOf = Callable[[Variant, int], tuple[Any, ...]]
+
+
+def _plan(variants: Sequence[Variant], test_days: list[float], key_of: KeyOf) -> dict[tuple[Any, ...], _Fit]:
     """Distinct fits over all model variants, keyed by what makes a fit distinct."""
     fits: dict[tuple[Any, ...], _Fit] = {}
     for v in variants:
         if v.baseline is not None:
             continue
         for i, day in enumerate(test_days):
-            key = _fit_key(v, i, test_days, window_days)
+            key = key_of(v, i)
             fits.setdefault(key, _Fit(*key)).score_days.append(day)
     for f in fits.values():
         f.score_days = sorted(set(f.score_days))
@@ -207,6 +219,7 @@ def drivers(
     max_train_rows: int | None = None,
     jobs: int = 2,
     catalogue: Catalogue | None = None,
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score every variant by nightly retrains over the last ``days`` days.
 
@@ -231,6 +244,10 @@ def drivers(
         Worker processes, one LightGBM thread each; 1 runs in this process. Workers are
         spawned (not forked), so a script calling this with ``jobs > 1`` needs the usual
         ``if __name__ == "__main__":`` guard.
+    catalogue
+        Hardware catalogue (the packaged one by default).
+    params
+        Model parameters under every fit; a variant's own parameters win over them.
 
     Returns
     -------
@@ -243,16 +260,18 @@ def drivers(
     history, ex = _history_examples(history_dir, catalogue, progress, examples)
     first_test = checked_first_test_day(history, days)
     test_days = [first_test + d * DAY for d in range(days)]
-    fits = _plan(chosen, test_days, window_days)
+    first_submit = float(ex.submit_time.min())
+    key_of: KeyOf = lambda v, i: _fit_key(v, i, test_days, window_days, first_submit, dict(params or {}))  # noqa: E731
+    fits = _plan(chosen, test_days, key_of)
     if progress is not None:
         progress.print(f"{len(ex)} examples; {len(fits)} fits for {len(chosen)} variants over {days} days")
     accs = _run_all(fits, ex, max_train_rows, jobs, progress)
-    per_variant = {v.key: _variant_accuracy(v, accs, ex, test_days, window_days) for v in chosen}
+    per_variant = {v.key: _variant_accuracy(v, accs, ex, test_days, key_of) for v in chosen}
     base = np.array(per_variant["default"])
     rows = [_report_row(v, np.array(per_variant[v.key]), base, test_days, history.first_day) for v in chosen]
     return {
         "days": days, "baseline_acc@10": float(base.mean()), "window_days": window_days,
-        "max_train_rows": max_train_rows, "examples": len(ex), "fits": len(fits),
+        "max_train_rows": max_train_rows, "params": dict(params or {}), "examples": len(ex), "fits": len(fits),
         "test_days": [day_text(d) for d in test_days], "data_hash": history.digest,
         "elapsed_s": round(time.perf_counter() - t0, 1), "variants": rows,
     }
@@ -278,12 +297,12 @@ def _chosen_variants(keys: Sequence[str] | None) -> list[Variant]:
 
 
 def _variant_accuracy(v: Variant, accs: dict[tuple[Any, ...], dict[float, float]], ex: Examples,
-                      test_days: list[float], window_days: int) -> list[float]:
+                      test_days: list[float], key_of: KeyOf) -> list[float]:
     """acc@10 of variant ``v`` on each test day: a baseline's own, or that of the fit serving the day."""
     if v.baseline is not None:
         model = BASELINES[v.baseline]()
         return [summary(model.predict(t.rows), t.y)["acc@10"] for t in (submitted_on(ex, d) for d in test_days)]
-    return [accs[_fit_key(v, i, test_days, window_days)][d] for i, d in enumerate(test_days)]
+    return [accs[key_of(v, i)][d] for i, d in enumerate(test_days)]
 
 
 def _report_row(v: Variant, acc: np.ndarray, base: np.ndarray, test_days: list[float],
