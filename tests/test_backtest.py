@@ -98,10 +98,12 @@ def test_plot_report(result: dict[str, Any], tmp_path: Path) -> None:
 
 def test_cli_writes_json_and_prints_tables(history: Path, tmp_path: Path) -> None:
     out = tmp_path / "bt.json"
-    res = CliRunner().invoke(app, ["backtest", "--history", str(history), "--days", "1", "--json", str(out)])
+    res = CliRunner().invoke(app, ["backtest", "--history", str(history), "--days", "1", "--json", str(out),
+                                   "--trees", str(SMALL["n_estimators"]), "--leaves", str(SMALL["num_leaves"])])
     assert res.exit_code == 0, res.output
     doc = orjson.loads(out.read_bytes())
     assert doc["days"] == 1 and set(doc["mean"]) == set(METHODS)
+    assert doc["params"] == SMALL
     assert "ceiling" in res.output and "history" in res.output
 
 

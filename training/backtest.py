@@ -269,7 +269,7 @@ def backtest(
                            + "  ".join(f"{n} {row[n]['acc@10']:.3f}" for n in METHODS if n in row))
     if not per_day:
         raise ValueError("no day had both training and test examples")
-    return _summarise(per_day, errors, window_days, history.digest)
+    return {**_summarise(per_day, errors, window_days, history.digest), "params": dict(params or {})}
 
 
 def _history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,

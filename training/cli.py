@@ -18,6 +18,14 @@ models_app = typer.Typer(help="The model registry: list, promote, rollback.", no
 
 HistoryOpt = Annotated[Path, typer.Option("--history", help="History folder (day-partitioned Parquet).")]
 RegistryOpt = Annotated[Path | None, typer.Option("--registry", help="Registry folder [default: .leap/registry].")]
+TreesOpt = Annotated[int | None, typer.Option("--trees", min=1, help="Trees per booster [default: the model's].")]
+LeavesOpt = Annotated[int | None, typer.Option("--leaves", min=2, help="Leaves per tree [default: the model's].")]
+
+
+def _size_params(trees: int | None, leaves: int | None) -> dict[str, Any]:
+    """Model parameters for ``--trees``/``--leaves``; what is not given keeps the model's default."""
+    given = {"n_estimators": trees, "num_leaves": leaves}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -157,13 +165,16 @@ def backtest_cmd(
     json_path: Annotated[Path, typer.Option("--json", help="Where to write the JSON results.")] = Path("backtest.json"),
     report: Annotated[Path | None, typer.Option("--report", help="Folder for PNG plots.")] = None,
     window_days: Annotated[int, typer.Option(min=1, help="Training window of each retrain.")] = 30,
+    trees: TreesOpt = None,
+    leaves: LeavesOpt = None,
 ) -> None:
     """Nightly retrains over the last DAYS days: train on everything before, score the day."""
     from training.backtest import backtest, plot_report
 
     _check_history(history)
     try:
-        result = backtest(history, days=days, window_days=window_days, progress=console)
+        result = backtest(history, days=days, window_days=window_days, params=_size_params(trees, leaves),
+                          progress=console)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     _write_json(json_path, result)
