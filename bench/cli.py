@@ -70,15 +70,21 @@ def e2e_cmd(
     role: Annotated[str, typer.Option(help="Worker role: predictor | all.")] = "predictor",
     warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
     startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds for the worker's first ranking.")] = 90.0,
+    engine: Annotated[str, typer.Option(help="Predictor engine: faust | confluent | both (one after the other).")]
+    = "faust",
+    model: Annotated[Path | None, typer.Option(help="Pin the worker to this saved model folder.")] = None,
     repeat: Repeat = 3,
     seed: Seed = 0,
 ) -> None:
     """Submission-to-ranking latency and rankings/s through a `leap worker` child process."""
-    from bench.e2e import bench_e2e
+    from bench.e2e import Load, bench_e2e
 
     if role not in ("predictor", "all"):
         raise typer.BadParameter("role must be predictor or all", param_hint="--role")
-    emit(bench_e2e(Settings.from_env(), rate, duration, window, drain, role, warm, repeat, startup_timeout, seed))
+    if engine not in ("faust", "confluent", "both") or (role == "all" and engine != "faust"):
+        raise typer.BadParameter("engine must be faust, confluent or both (role all: faust)", param_hint="--engine")
+    emit(bench_e2e(Settings.from_env(), Load(rate, duration, window, drain, repeat), role, warm, startup_timeout,
+                   seed, engine, model))  # type: ignore[arg-type]
 
 
 @app.command("scale")

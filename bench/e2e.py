@@ -17,20 +17,30 @@ worker, ``hop_out`` from the ranking's ``event_time`` to its arrival here (the w
 linger, broker, this client's fetch).
 
 After each run the same submissions go through the ranking loop in this process (decode, rank
-with the lookup fallback on the same store, encode): ``ratio_to_bare`` is the run's rankings/s
-over that loop's, a like-for-like ratio when the worker served the lookup too (``model_versions``).
+with the worker's model on the same store, encode): ``ratio_to_bare`` is the run's rankings/s
+over that loop's. With ``--model DIR`` the worker is pinned to that saved model (``leap worker
+--model``) and the loop uses it too; without, the loop uses the lookup fallback, like for like
+only when the worker served the lookup as well (``model_versions``).
+
+``--engine faust|confluent|both`` picks the predictor's Kafka engine (``LEAP_PREDICTOR_ENGINE``);
+``both`` runs the two one after the other in one invocation (a worker of each, ``repeat`` runs
+each), reports every figure prefixed with the engine (``faust_rankings_per_s``...), the
+unprefixed headline figures of the first engine named, and ``confluent_over_faust``: the ratio
+of their rankings/s run by run.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from confluent_kafka.admin import AdminClient
@@ -40,8 +50,10 @@ from bench.workload import make_workload, seed_store
 from core.hardware import load_catalogue
 from core.settings import Settings
 from features.store import FeatureStore, open_store
-from predictor.service import ModelHolder, RankingService, lookup_fallback
-from services.workers import WorkerProcess
+from predictor.registry import Registry
+from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
+from services.processes import ROOT as SERVICES_ROOT
+from services.workers import WorkerProcess, worker_env
 from streams.client import SchedulerClient
 from streams.events import Submission
 
@@ -77,6 +89,24 @@ class Collector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+
+
+ENGINES = ("faust", "confluent")
+
+
+class BenchWorker(WorkerProcess):
+    """``leap worker ROLE`` with the benchmark's own options (``--model DIR``); otherwise a
+    :class:`WorkerProcess` (settings through the environment, stopped with SIGTERM)."""
+
+    def __init__(self, settings: Settings, role: str, log_path: Path, model_dir: Path | None) -> None:
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = log_path.open("ab")
+        extra = ["--model", str(model_dir)] if model_dir is not None else []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leap.cli", "worker", role, "--metrics-port", "0", *extra],
+            cwd=SERVICES_ROOT, env=worker_env(settings), stdout=self._log, stderr=subprocess.STDOUT,
+        )
 
 
 def tagged(sub: Submission, tag: str) -> Submission:
@@ -159,10 +189,10 @@ def worker_ready(client: SchedulerClient, worker: WorkerProcess, probe: Submissi
     return ready_s, members
 
 
-def bare_loop(store: FeatureStore, pool: list[Submission], batch: int = 500) -> float:
-    """Submissions/s of the ranking loop in this process (decode, ``RankingService.rank`` with the
-    lookup fallback on the same store, encode): what end to end is compared with (``ratio_to_bare``)."""
-    service = RankingService(store, load_catalogue(), ModelHolder(lookup_fallback()))
+def bare_loop(store: FeatureStore, pool: list[Submission], model: ActiveModel, batch: int = 500) -> float:
+    """Submissions/s of the ranking loop in this process (decode, ``RankingService.rank`` with
+    ``model`` on the same store, encode): what end to end is compared with (``ratio_to_bare``)."""
+    service = RankingService(store, load_catalogue(), ModelHolder(model))
     raw = [[s.encode() for s in pool[i:i + batch]] for i in range(0, len(pool), batch)]
     t0 = time.perf_counter()
     for part in raw:
@@ -172,7 +202,8 @@ def bare_loop(store: FeatureStore, pool: list[Submission], batch: int = 500) -> 
 
 
 def repeat_runs(client: SchedulerClient, pool: list[Submission], rate: float, duration: float, window: int,
-                drain: float, repeat: int, store: FeatureStore) -> tuple[list[Figures], dict[str, int]]:
+                drain: float, repeat: int, store: FeatureStore,
+                model: ActiveModel) -> tuple[list[Figures], dict[str, int]]:
     """``repeat`` runs of :func:`run_once` with one rankings follower, each followed by the bare
     loop (:func:`bare_loop`); the runs and the model versions of the rankings they got."""
     collector = Collector(client)
@@ -181,7 +212,7 @@ def repeat_runs(client: SchedulerClient, pool: list[Submission], rate: float, du
     try:
         for r in range(repeat):
             runs.append(run_once(client, collector, pool, rate, duration, window, drain))
-            runs[-1]["bare_rankings_per_s"] = bare_loop(store, pool)
+            runs[-1]["bare_rankings_per_s"] = bare_loop(store, pool, model)
             runs[-1]["ratio_to_bare"] = runs[-1]["rankings_per_s"] / runs[-1]["bare_rankings_per_s"]
             say(f"run {r + 1}/{repeat}: {runs[-1]['rate_achieved_per_s']:.0f}/s published, "
                 f"p50 {runs[-1]['latency_p50_ms']:.1f} ms, p99 {runs[-1]['latency_p99_ms']:.1f} ms")
@@ -190,17 +221,73 @@ def repeat_runs(client: SchedulerClient, pool: list[Submission], rate: float, du
     return runs, collector.versions
 
 
+@dataclass(frozen=True)
+class Load:
+    """What each run publishes (see :func:`run_once`)."""
+
+    rate: float
+    duration: float
+    window: int
+    drain: float
+    repeat: int
+
+
+def engine_runs(settings: Settings, engine: str, role: str, model_dir: Path | None, pool: list[Submission],
+                store: FeatureStore, load: Load, startup_timeout: float) -> tuple[list[Figures], dict[str, Any]]:
+    """Start a worker on ``engine``, measure ``load.repeat`` runs, stop it; the runs and facts."""
+    home = Path(tempfile.mkdtemp(prefix="leap-bench-home-"))
+    worker_settings = replace(settings, home=home, key_prefix=store.layout.prefix, predictor_engine=engine)
+    worker: WorkerProcess | None = None
+    model = load_model(model_dir)
+    try:
+        say(f"starting a {role} worker on the {engine} engine, model {model.version if model_dir else 'announced'}")
+        worker = BenchWorker(worker_settings, role, home / "worker.log", model_dir)
+        with SchedulerClient(settings) as client:
+            ready_s, members = worker_ready(client, worker, pool[0], settings, role, startup_timeout)
+            runs, versions = repeat_runs(client, pool, load.rate, load.duration, load.window, load.drain,
+                                         load.repeat, store, model)
+    finally:
+        if worker is not None:
+            worker.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    return runs, {"worker_ready_s": round(ready_s, 1), "consumer_group_members": members,
+                  "model_versions": versions}
+
+
+def load_model(model_dir: Path | None) -> ActiveModel:
+    """The model the bare loop ranks with: the worker's pinned model, else the lookup fallback."""
+    if model_dir is None:
+        return lookup_fallback()
+    return ActiveModel(Registry(model_dir.parent).load(model_dir.name, model_dir), model_dir.name)
+
+
+def side_by_side(per_engine: dict[str, list[Figures]]) -> list[Figures]:
+    """One figure set per run: each engine's figures prefixed with its name, the first engine's also
+    unprefixed, and ``confluent_over_faust`` (rankings/s) when both ran."""
+    names = list(per_engine)
+    if len(names) == 1:
+        return per_engine[names[0]]
+    out: list[Figures] = []
+    for r in range(min(len(v) for v in per_engine.values())):
+        fig: Figures = dict(per_engine[names[0]][r])
+        for name in names:
+            fig.update({f"{name}_{k}": v for k, v in per_engine[name][r].items()})
+        if set(ENGINES) <= set(names):
+            fig["confluent_over_faust"] = (per_engine["confluent"][r]["rankings_per_s"]
+                                           / per_engine["faust"][r]["rankings_per_s"])
+        out.append(fig)
+    return out
+
+
 def bench_e2e(
     settings: Settings,
-    rate: float = 200.0,
-    duration: float = 6.0,
-    window: int = 200,
-    drain: float = 5.0,
+    load: Load,
     role: str = "predictor",
     warm: int = 20000,
-    repeat: int = 3,
     startup_timeout: float = 90.0,
     seed: int = 0,
+    engine: Literal["faust", "confluent", "both"] = "faust",
+    model_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the end-to-end benchmark and return its JSON report.
 
@@ -208,45 +295,43 @@ def bench_e2e(
     ----------
     settings
         Broker and Redis (loopback by default); key prefix and home are replaced by scratch ones.
-    rate
-        Submissions per second to publish; 0 = as fast as the worker answers (closed loop).
-    duration
-        Seconds of publishing per run.
-    window
-        With ``rate=0``: most submissions left unanswered at any time.
-    drain
-        Seconds to wait after publishing for the last rankings.
+    load
+        Rate (submissions/s; 0 = as fast as the worker answers, with at most ``window``
+        unanswered), seconds of publishing per run, seconds of drain after it, runs per engine.
     role
-        ``predictor`` or ``all``.
+        ``predictor`` or ``all`` (``all`` runs on the Faust engine only).
     warm
         Earlier attempts whose finishes are written to the scratch prefix first.
-    repeat
-        Runs against the same worker; the report holds medians.
     startup_timeout
         Seconds the worker may take to answer its first submission.
+    engine
+        The predictor's Kafka engine, or ``both`` one after the other.
+    model_dir
+        A saved model folder the worker is pinned to (and the bare loop uses); None: the announced model.
     """
     began = time.perf_counter()
     prefix = scratch_prefix()
-    home = Path(tempfile.mkdtemp(prefix="leap-bench-home-"))
     say(f"simulating {warm} attempts of history into Redis prefix {prefix}")
     w = make_workload(warm, 2000, seed)
     store = open_store(settings, load_catalogue(), prefix=prefix)
-    worker: WorkerProcess | None = None
+    engines = list(ENGINES) if engine == "both" else [engine]
+    per_engine: dict[str, list[Figures]] = {}
+    extra: dict[str, Any] = {}
     try:
         seed_store(store, w)
-        worker = WorkerProcess(replace(settings, home=home, key_prefix=prefix), role, home / "worker.log")
-        with SchedulerClient(settings) as client:
-            ready_s, members = worker_ready(client, worker, w.submissions[0], settings, role, startup_timeout)
-            runs, versions = repeat_runs(client, w.submissions, rate, duration, window, drain, repeat, store)
+        for name in engines:
+            per_engine[name], facts = engine_runs(settings, name, role, model_dir, w.submissions, store, load,
+                                                  startup_timeout)
+            extra.update(facts if len(engines) == 1 else {f"{name}_{k}": v for k, v in facts.items()})
     finally:
-        if worker is not None:
-            worker.stop()
         store.delete_all()
         store.client.close()
-        shutil.rmtree(home, ignore_errors=True)
-    params = {"rate": rate, "duration_s": duration, "window": window if rate <= 0 else None, "drain_s": drain,
-              "role": role, "warm_attempts": warm, "seed": seed, "key_prefix": prefix,
+    params = {"rate": load.rate, "duration_s": load.duration, "window": load.window if load.rate <= 0 else None,
+              "drain_s": load.drain, "role": role, "engine": engine, "model_dir": str(model_dir) if model_dir else None,
+              "warm_attempts": warm, "seed": seed, "key_prefix": prefix,
               "mean_candidates": round(float(np.mean([len(s.candidates) for s in w.submissions])), 2),
               "kafka": settings.kafka_bootstrap}
-    extra = {"worker_ready_s": round(ready_s, 1), "consumer_group_members": members, "model_versions": versions}
-    return report("e2e", params, runs, extra=extra, started=began)
+    if len(engines) > 1:  # the headline facts are the first engine's, as its figures
+        extra.update({k: extra[f"{engines[0]}_{k}"] for k in ("worker_ready_s", "consumer_group_members",
+                                                               "model_versions")})
+    return report("e2e", params, side_by_side(per_engine), extra=extra, started=began)

@@ -41,6 +41,10 @@ DEFAULT_TOPIC_PARTITIONS = 12
 DEFAULT_ARCHIVE_FLUSH_EVENTS = 10_000
 DEFAULT_ARCHIVE_FLUSH_SECONDS = 300.0
 
+#: Kafka engines of the predictor role (``LEAP_PREDICTOR_ENGINE``): the Faust agent, or a plain
+#: confluent-kafka consume/produce loop around the same batch handler (:mod:`predictor.loop`).
+PREDICTOR_ENGINES = ("faust", "confluent")
+
 
 #: Kafka client security settings and the variables that carry them.
 KAFKA_SECURITY_VARS: tuple[tuple[str, str], ...] = (
@@ -104,6 +108,9 @@ class Settings:
     archive_flush_events, archive_flush_seconds
         The archiver writes a topic's buffer when it holds this many events or is this old
         (``LEAP_ARCHIVE_FLUSH_EVENTS``, ``LEAP_ARCHIVE_FLUSH_SECONDS``).
+    predictor_engine
+        Kafka engine of the predictor role, one of :data:`PREDICTOR_ENGINES` (``LEAP_PREDICTOR_ENGINE``):
+        ``faust`` (the agent) or ``confluent`` (:mod:`predictor.loop`); same topics, group and contract.
     """
 
     kafka_bootstrap: str = f"127.0.0.1:{LOCAL_KAFKA_PORT}"
@@ -123,6 +130,12 @@ class Settings:
     archive_flush_events: int = DEFAULT_ARCHIVE_FLUSH_EVENTS
     archive_flush_seconds: float = DEFAULT_ARCHIVE_FLUSH_SECONDS
     kafka_session_timeout: float = DEFAULT_KAFKA_SESSION_TIMEOUT
+    predictor_engine: str = PREDICTOR_ENGINES[0]
+
+    def __post_init__(self) -> None:
+        if self.predictor_engine not in PREDICTOR_ENGINES:
+            raise ValueError(f"LEAP_PREDICTOR_ENGINE={self.predictor_engine!r} is not one of "
+                             f"{', '.join(PREDICTOR_ENGINES)}")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -151,6 +164,7 @@ class Settings:
             archive_flush_events=_number(env, "LEAP_ARCHIVE_FLUSH_EVENTS", int, defaults.archive_flush_events),
             archive_flush_seconds=_number(env, "LEAP_ARCHIVE_FLUSH_SECONDS", float, defaults.archive_flush_seconds),
             kafka_session_timeout=_number(env, "LEAP_KAFKA_SESSION_TIMEOUT", float, defaults.kafka_session_timeout),
+            predictor_engine=env.get("LEAP_PREDICTOR_ENGINE") or defaults.predictor_engine,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -165,6 +179,8 @@ class Settings:
         }
         if self.redis_cluster:
             env["LEAP_REDIS_CLUSTER"] = "1"
+        if self.predictor_engine != PREDICTOR_ENGINES[0]:
+            env["LEAP_PREDICTOR_ENGINE"] = self.predictor_engine
         if self.kafka_brokers != 1:
             env["LEAP_KAFKA_BROKERS"] = str(self.kafka_brokers)
         if self.topic_partitions != DEFAULT_TOPIC_PARTITIONS:

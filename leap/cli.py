@@ -84,6 +84,11 @@ def worker(
         help="archiver, trainer: the history archive [default: $LEAP_ARCHIVE_DIR or .leap/archive].")] = None,
     schedule: Annotated[str, typer.Option(help="trainer: time of the daily run, HH:MM UTC.")] = "02:00",
     run_now: Annotated[bool, typer.Option(help="trainer: train once now and exit.")] = False,
+    engine: Annotated[str | None, typer.Option(
+        help="predictor: Kafka engine, faust | confluent [default: $LEAP_PREDICTOR_ENGINE or faust].")] = None,
+    model: Annotated[Path | None, typer.Option(
+        help="predictor, all: serve this saved model folder (or baseline: lookup) and ignore announcements.")]
+    = None,
 ) -> None:
     """Run a worker until SIGTERM (offsets are committed on the way out)."""
     from dataclasses import replace
@@ -95,7 +100,12 @@ def worker(
     if role not in worker_mod.ROLES:
         raise fail(f"unknown role {role!r}; choose one of: {', '.join(worker_mod.ROLES)}")
     port = worker_mod.DEFAULT_METRICS_PORTS[role] if metrics_port is None else metrics_port
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+        settings = replace(settings, predictor_engine=engine) if engine is not None else settings
+        worker_mod.check_engine(settings, role)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     archive = ArchiveConfig.from_settings(settings)
     archive = replace(archive, root=archive_dir) if archive_dir is not None else archive
     try:
@@ -103,7 +113,7 @@ def worker(
     except ValueError as exc:
         raise fail(str(exc)) from None
     sys.argv = [sys.argv[0]]  # faust's Worker parses argv; ours are already consumed
-    worker_mod.run(settings, role, port, archive, nightly)
+    worker_mod.run(settings, role, port, archive, nightly, model)
 
 
 @app.command()

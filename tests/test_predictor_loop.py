@@ -1,0 +1,247 @@
+"""The confluent-kafka predictor engine (:mod:`predictor.loop`) on the real broker and redis-server.
+
+Each test runs the loop in a thread on topics and a consumer group of its own (created here,
+deleted after), so nothing it publishes or ranks reaches anyone else's workers or clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+import redis
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from core.hardware import load_catalogue
+from core.settings import Settings
+from features.keys import KeyLayout
+from features.store import FeatureStore
+from leap.worker import check_engine
+from predictor.loop import Batch, Commits, ConfluentPredictor, Routes
+from predictor.models import LookupTable
+from predictor.service import ActiveModel, ModelHolder, RankingService
+from streams.events import DeadLetter, Ranking
+from tests.factories import client_without_retries, free_port, late_redis_server, submission
+
+CAT = load_catalogue()
+PARTITIONS = 3
+
+
+# ---------------------------------------------------------------------- without a broker
+
+
+def test_commits_follow_consumption_order_and_stop_at_a_failed_batch() -> None:
+    commits = Commits()
+    first, second, third = Batch({("t", 0): 5}, outstanding=1), Batch({("t", 0): 9, ("t", 1): 3}), Batch({("t", 1): 7})
+    commits.pending.extend([first, second, third])
+    commits.advance()
+    assert commits.take({("t", 0), ("t", 1)}) == []  # the second is delivered, but the first is not
+    third.outstanding = 1
+    first.delivered(None, None)  # type: ignore[arg-type]
+    commits.advance()
+    assert [(tp.topic, tp.partition, tp.offset) for tp in commits.take({("t", 0)})] == [("t", 0, 9)]  # 1 revoked
+    third.delivered(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), None)  # type: ignore[arg-type]
+    commits.advance()
+    assert commits.failed is not None and commits.take({("t", 0), ("t", 1)}) == []
+    assert list(commits.pending) == [third]  # never committed, nor anything after it
+
+
+def test_engine_setting() -> None:
+    assert Settings.from_env({}).predictor_engine == "faust"
+    confluent = Settings.from_env({"LEAP_PREDICTOR_ENGINE": "confluent"})
+    assert confluent.predictor_engine == "confluent"
+    assert Settings.from_env(confluent.to_env()).predictor_engine == "confluent"  # reaches child workers
+    with pytest.raises(ValueError, match="LEAP_PREDICTOR_ENGINE"):
+        Settings.from_env({"LEAP_PREDICTOR_ENGINE": "kafka-python"})
+    check_engine(confluent, "predictor")
+    with pytest.raises(ValueError, match="predictor role only"):
+        check_engine(confluent, "all")  # one group cannot mix Faust's assignor with librdkafka's
+
+
+# ---------------------------------------------------------------------- on the broker
+
+pytest_integration = pytest.mark.integration
+
+
+@pytest.fixture
+def routes(settings: Settings, topics: dict[str, str]) -> Iterator[Routes]:
+    run = uuid.uuid4().hex[:10]
+    r = Routes(f"leap.test-{run}.submissions", f"leap.test-{run}.rankings", f"leap.test-{run}.dead-letter",
+               f"leap-test-{run}")
+    admin = AdminClient(settings.confluent_config())
+    names = [r.submissions, r.rankings, r.dead_letter]
+    for future in admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names]).values():
+        future.result(30)
+    try:
+        yield r
+    finally:
+        for future in admin.delete_topics(names).values():
+            future.result(30)
+
+
+def service_on(store: FeatureStore, version: str = "lookup-loop-test") -> RankingService:
+    return RankingService(store, CAT, ModelHolder(ActiveModel(LookupTable(), version)))
+
+
+@contextmanager
+def running(settings: Settings, service: RankingService, routes: Routes) -> Iterator[ConfluentPredictor]:
+    """The loop in a thread until the block ends; then stopped as SIGTERM stops it."""
+    loop = ConfluentPredictor(settings, service, routes=routes)
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(loop.run())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="loop-under-test", daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.stopping = True
+        thread.join(60)
+    assert not thread.is_alive() and not errors, errors
+
+
+class Topics:
+    """Publishes to the test's submissions topic and reads its rankings and dead letters."""
+
+    def __init__(self, settings: Settings, routes: Routes) -> None:
+        self.routes = routes
+        self.producer = Producer(settings.confluent_config())
+        self.reader = Consumer(settings.confluent_config(**{"group.id": f"{routes.group}-reader",
+                                                            "enable.auto.commit": False}))
+        self.reader.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in (routes.rankings, routes.dead_letter)
+                            for p in range(PARTITIONS)])
+        self.rankings: list[Ranking] = []
+        self.letters: list[DeadLetter] = []
+
+    def publish(self, key: bytes | None, value: bytes | None) -> None:
+        self.producer.produce(self.routes.submissions, value, key)
+        assert self.producer.flush(30) == 0
+
+    def read(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for msg in self.reader.consume(100, timeout=0.2):
+                if msg.error() is None and msg.value() is not None:
+                    if msg.topic() == self.routes.rankings:
+                        self.rankings.append(Ranking.decode(msg.value()))
+                    else:
+                        self.letters.append(DeadLetter.decode(msg.value()))
+
+    def until(self, attempts: set[str], letters: int = 0, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if attempts <= {r.attempt_id for r in self.rankings} and len(self.letters) >= letters:
+                return
+            self.read(0.5)
+        raise AssertionError(f"missing rankings: {sorted(attempts - {r.attempt_id for r in self.rankings})}, "
+                             f"{len(self.letters)} of {letters} dead letters")
+
+    def wait_ready(self, loop: ConfluentPredictor, timeout: float = 60) -> None:
+        """Publish canaries until one is ranked: the group has joined and found its start."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            canary = submission(f"canary-{uuid.uuid4().hex[:8]}", 0)
+            self.publish(canary.job_key.encode(), canary.encode())
+            self.read(1.0)
+            if canary.attempt_id in {r.attempt_id for r in self.rankings}:
+                return
+        raise AssertionError("the loop ranked no canary")
+
+    def ends(self) -> dict[int, int]:
+        """End offsets of the submissions topic's partitions that hold anything."""
+        ends = {p: self.reader.get_watermark_offsets(TopicPartition(self.routes.submissions, p), timeout=10)[1]
+                for p in range(PARTITIONS)}
+        return {p: end for p, end in ends.items() if end > 0}
+
+    def committed(self, settings: Settings) -> dict[int, int]:
+        """The group's committed offsets (of partitions that hold anything; negative: none yet),
+        read by another client, which does not join the group."""
+        c = Consumer(settings.confluent_config(**{"group.id": self.routes.group}))
+        try:
+            return {tp.partition: tp.offset for tp in c.committed(
+                [TopicPartition(self.routes.submissions, p) for p in self.ends()], timeout=10)}
+        finally:
+            c.close()
+
+
+@pytest_integration
+def test_ranks_every_valid_submission_dead_letters_the_rest_and_commits_them(
+        settings: Settings, routes: Routes, rds: redis.Redis, run_id: str) -> None:
+    store = FeatureStore(rds, KeyLayout(f"test-{run_id}"), canonicalize=CAT.canonical)
+    io = Topics(settings, routes)
+    subs = [submission(f"{run_id}-{i}", i) for i in range(30)]
+    try:
+        with running(settings, service_on(store), routes) as loop:
+            io.wait_ready(loop)
+            for i, sub in enumerate(subs):
+                io.publish(sub.job_key.encode(), sub.encode())
+                if i % 10 == 0:
+                    io.publish(b"junk", f"{{not json {run_id} {i}".encode())
+            io.until({s.attempt_id for s in subs}, letters=3)
+        assert io.committed(settings) == io.ends()  # every message: ranked or dead-lettered
+    finally:
+        store.delete_all()
+    ours = [r for r in io.rankings if r.attempt_id in {s.attempt_id for s in subs}]
+    assert sorted(r.submission_event_id for r in ours) == sorted(s.event_id for s in subs)  # one each
+    assert {r.model_version for r in ours} == {"lookup-loop-test"}
+    assert {(d.source_topic, d.reason) for d in io.letters} == {(routes.submissions, "bad_json")}
+    assert sorted(base64.b64decode(d.raw_base64 or "") for d in io.letters) == sorted(
+        f"{{not json {run_id} {i}".encode() for i in (0, 10, 20))
+
+
+@pytest_integration
+def test_a_redis_outage_holds_the_batch_and_its_offsets_until_redis_is_back(
+        settings: Settings, routes: Routes, rds: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    port = free_port()
+    outage = FeatureStore(client_without_retries(port), KeyLayout(f"test-{run_id}"), canonicalize=CAT.canonical)
+    io = Topics(settings, routes)
+    subs = [submission(f"{run_id}-{i}", i) for i in range(12)]
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    with late_redis_server(port, after_s=0.0, workdir=tmp_path / "first"), \
+            running(settings, service_on(outage), routes) as loop:
+        io.wait_ready(loop)
+        server_gone = wait_for_redis_down(outage)
+        start = io.ends()
+        for sub in subs:
+            io.publish(sub.job_key.encode(), sub.encode())
+        assert io.ends() != start
+        time.sleep(3.0)  # past KEEPALIVE_S: the loop polls its paused consumer meanwhile
+        held = io.committed(settings)
+        assert all(held[p] <= start.get(p, 0) for p in held), (held, start)  # none of the held batch
+        assert loop.assigned, "the group kept the loop while it waited"
+        io.read(0.5)
+        assert not {s.attempt_id for s in subs} & {r.attempt_id for r in io.rankings}
+        with late_redis_server(port, after_s=0.0, workdir=tmp_path / "second"):
+            io.until({s.attempt_id for s in subs})
+            loop.stopping = True
+    assert server_gone
+    assert io.committed(settings) == io.ends()
+    assert io.letters == []  # an outage is not a bad message
+
+
+def wait_for_redis_down(store: FeatureStore) -> bool:
+    """Shut the late server down (SHUTDOWN NOSAVE) and wait until connections are refused."""
+    with suppress(redis.ConnectionError):
+        store.client.shutdown(nosave=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            store.client.ping()
+        except redis.ConnectionError:
+            return True
+        time.sleep(0.05)
+    return False
