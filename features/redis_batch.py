@@ -2,6 +2,8 @@
 
 The store queues a batch's reads and Lua script calls on a :class:`Batch`; :meth:`Batch.execute`
 sends each node's share as one pipeline and returns the replies in the order they were queued.
+:meth:`Batch.scripts` runs one script over many events in as few calls as the server allows (one
+per batch on one server, one per hash slot on a cluster).
 On one server that is one round trip; on a Redis Cluster it is one per node the batch touches
 (every key of one job, or of one aggregate, shares a hash tag and so a node: see
 :mod:`features.keys`).
@@ -17,7 +19,7 @@ cluster's slot map and sends the refused commands to their new node.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,12 @@ Client = redis.Redis | RedisCluster
 
 #: How often refused commands (NOSCRIPT, MOVED, ASK, TRYAGAIN) are sent again before giving up.
 MAX_RESENDS = 3
+#: Most events one script call applies (:meth:`Batch.scripts`): a script blocks the server while
+#: it runs, so a batch of 500 finishes is cut into calls of a few milliseconds each.
+MAX_EVENTS_PER_CALL = 128
+
+#: One event of a batch script: its keys (they share a hash slot) and its arguments.
+Item = tuple[tuple[str, ...], Sequence[Any]]
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,55 @@ class Batch:
     def script(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue ``EVALSHA`` of ``script``; its keys must share one hash tag on a cluster."""
         self._commands.append(_Command(("EVALSHA", script.sha, len(keys), *keys, *args), keys[0], script))
+
+    def scripts(self, script: LuaScript, header: Sequence[Any], items: Sequence[Item],
+                reply_width: int) -> Callable[[list[Any]], list[list[Any]]]:
+        """Queue ``script`` over many events, as few calls as a server or a cluster allows.
+
+        One server takes a whole batch in one call (up to :data:`MAX_EVENTS_PER_CALL` events each);
+        a Redis Cluster refuses a script whose keys span hash slots, so there it is one call per
+        slot (per job for the job scripts, per aggregate for the aggregates). Events keep their
+        order within a call, so events of one key are applied in the order given. The script
+        takes ``ARGV = header + per event: the index in KEYS of its first key, its arguments``,
+        with each distinct key tuple in KEYS once, and returns ``reply_width`` values per event
+        (the ``apply_all`` form of ``features/lua/window.lua``).
+
+        Returns
+        -------
+        callable
+            Maps :meth:`execute`'s replies to each event's reply values, in the order of ``items``.
+        """
+        groups: dict[int, list[int]] = {}
+        slot = self.client.keyslot if isinstance(self.client, RedisCluster) else None
+        for i, (first_keys, _) in enumerate(items):
+            groups.setdefault(slot(first_keys[0]) if slot else 0, []).append(i)
+        calls: list[tuple[int, list[int]]] = []
+        for members in groups.values():
+            for start in range(0, len(members), MAX_EVENTS_PER_CALL):
+                chunk = members[start : start + MAX_EVENTS_PER_CALL]
+                keys: list[str] = []
+                where: dict[tuple[str, ...], int] = {}
+                args: list[Any] = list(header)
+                for i in chunk:
+                    item_keys, item_args = items[i]
+                    first = where.get(item_keys)
+                    if first is None:
+                        first = where[item_keys] = len(keys) + 1
+                        keys.extend(item_keys)
+                    args.append(first)
+                    args.extend(item_args)
+                calls.append((len(self._commands), chunk))
+                self.script(script, keys, args)
+
+        def per_event(replies: list[Any]) -> list[list[Any]]:
+            out: list[list[Any]] = [[] for _ in items]
+            for command, chunk in calls:
+                flat = replies[command]
+                for j, i in enumerate(chunk):
+                    out[i] = flat[j * reply_width : (j + 1) * reply_width]
+            return out
+
+        return per_event
 
     def execute(self) -> list[Any]:
         """Send the batch; the replies in queued order. The batch is empty afterwards.

@@ -1,8 +1,9 @@
 """The Redis online store: idempotent, event-time-ordered updates and batched reads.
 
-Writes: one Lua script per event (atomic check-and-set, unlike a client-side read-modify-write),
-sent for a whole batch in one pipelined round trip, plus a second one for the paired-ratio
-observations the job scripts return (:mod:`features.pairs`). Reads: one pipelined round trip per
+Writes: Lua scripts that apply each event atomically (check-and-set, unlike a client-side
+read-modify-write), one script call for a whole batch of events (one per hash slot on a Redis
+Cluster), in one pipelined round trip, plus a second one for the lookup aggregates and the
+paired-ratio observations the job scripts return (:mod:`features.pairs`). Reads: one pipelined round trip per
 batch of submissions: an ``HGETALL`` of each submission's job hash, and one of each distinct model
 type's and family's lookup hash in the batch (parsed once, shared by the batch's snapshots),
 parsed straight into :class:`FeatureSnapshot`; then, for the jobs with a prior, one ``HMGET`` per
@@ -56,7 +57,7 @@ from features.pairs import (
     unpack_observations,
     wanted_pairs,
 )
-from features.redis_batch import Batch, Client, LuaScript
+from features.redis_batch import Batch, Client, Item, LuaScript
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams import metrics
 from streams.events import JobFinish, JobStart, Submission
@@ -117,53 +118,61 @@ class FeatureStore:
 
         Two pipelined round trips per batch: the job scripts, then the lookup aggregates and the
         paired-ratio observations the job scripts returned (they live in other Redis Cluster
-        slots, so no one script can write both). The aggregates wait for the job scripts' verdict:
-        when a script refuses its event (an error reply, nothing written), the batch raises before
-        any aggregate is fed, so a dead-lettered finish never reaches a lookup or a pair window.
-        A duplicate returns the observations its first application recorded and feeds the
-        aggregates again (they drop what they hold), so a batch retried after a failure between
-        the two trips, or one by one after a refusal, completes them.
+        slots, so no one script can write both). Each trip runs one script call per batch on one
+        server, one per hash slot on a cluster (:meth:`Batch.scripts`); each event is applied
+        atomically either way, in the batch's order. The aggregates wait for the job scripts'
+        verdict: when a script refuses an event (it writes nothing for it, applies the others
+        and answers with an error reply), the batch raises before any aggregate is fed, so a
+        dead-lettered finish never reaches a lookup or a pair window. A duplicate returns the
+        observations its first application recorded and feeds the aggregates again (they drop
+        what they hold), so a batch retried after a failure between the two trips, or one by
+        one after a refusal, completes them.
         """
         if not events:
             return []
         batch = Batch(self.client)
-        values = [self._queue_finish(batch, ev) for ev in events]
-        results = batch.execute()  # raises on a refusal: nothing below runs for this batch
+        sent = [self._sent(ev) for ev in events]
+        jobs = self._job_keys(events)
+        items: list[Item] = [(jobs[ev.job_key], (eid, t, hw, value, counter_field(ev.outcome)))
+                             for ev, (eid, hw, t, value) in zip(events, sent, strict=True)]
+        per_event = batch.scripts(self._finish, (JOB_WINDOW, SEEN_TTL_S), items, 2)
+        results = per_event(batch.execute())  # raises on a refusal: nothing below runs for this batch
         applied = [int(flag) for flag, _ in results]
         observed = [unpack_observations(text(packed)) for _, packed in results]
-        self._add_aggregates(events, values, observed)
+        self._add_aggregates(events, sent, observed)
         return applied
 
-    def _queue_finish(self, batch: Batch, ev: JobFinish) -> str:
-        """Queue one finish's job script; its per-accelerator throughput as sent ('' for none)."""
-        lay = self.layout
-        eid, hw, t = packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time)
+    def _sent(self, ev: JobFinish) -> tuple[str, str, str, str]:
+        """What a finish's scripts are sent: event id, hardware, event time, per-accelerator
+        throughput ('' for none)."""
         value = "" if ev.throughput is None else num(per_accelerator(ev.throughput, ev.num_accelerators))
-        batch.script(
-            self._finish,
-            keys=[lay.job(ev.job_key), lay.job_window(ev.job_key), lay.job_seen(ev.job_key),
-                  lay.job_outbox(ev.job_key)],
-            args=[eid, t, hw, value, counter_field(ev.outcome), JOB_WINDOW, SEEN_TTL_S],
-        )
-        return value
+        return packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time), value
 
-    def _add_aggregates(self, events: Sequence[JobFinish], values: Sequence[str],
+    def _job_keys(self, events: Sequence[JobFinish]) -> dict[str, tuple[str, ...]]:
+        lay = self.layout
+        return {job: (lay.job(job), lay.job_window(job), lay.job_seen(job), lay.job_outbox(job))
+                for job in dict.fromkeys(ev.job_key for ev in events)}
+
+    def _add_aggregates(self, events: Sequence[JobFinish], sent: Sequence[tuple[str, str, str, str]],
                         observed: Sequence[list[tuple[str, str]]]) -> None:
         """Feed each accepted finish's throughput to its lookup aggregates and its paired-ratio
         observations to its pair windows at every level, in one round trip."""
         lay, batch = self.layout, Batch(self.client)
-        for ev, value, obs in zip(events, values, observed, strict=True):
-            eid, hw, t = packable_id(ev.event_id), self._hw(ev.hardware), num(ev.event_time)
+        lookups: list[Item] = []
+        pairs: list[Item] = []
+        for ev, (eid, hw, t, value), obs in zip(events, sent, observed, strict=True):
             if value:
                 aggregates = [lay.lookup_model(ev.model_type)]
                 if ev.family is not None:
                     aggregates.append(lay.lookup_family(ev.family))
-                for agg in aggregates:
-                    batch.script(self._lookup, keys=[agg, lay.window_of(agg)], args=[eid, t, hw, value, LOOKUP_WINDOW])
+                lookups.extend(((agg, lay.window_of(agg)), (eid, t, hw, value)) for agg in aggregates)
             keys = [lay.pairs(level, name) for level, name in pair_levels(ev.model_type, ev.family)] if obs else []
             for field, packed in stored_values(hw, obs, finish_coordinates(ev)):
-                for key in keys:
-                    batch.script(self._pair, keys=[key], args=[field, t, eid, packed, PAIR_WINDOW])
+                pairs.extend(((key,), (field, t, eid, packed)) for key in keys)
+        if lookups:
+            batch.scripts(self._lookup, (LOOKUP_WINDOW,), lookups, 1)
+        if pairs:
+            batch.scripts(self._pair, (PAIR_WINDOW,), pairs, 1)
         if len(batch):
             batch.execute()
 
@@ -172,14 +181,11 @@ class FeatureStore:
         if not events:
             return []
         batch = Batch(self.client)
-        starts = counter_field(STARTS)
-        for ev in events:
-            batch.script(
-                self._start,
-                keys=[self.layout.job(ev.job_key), self.layout.job_seen(ev.job_key)],
-                args=[packable_id(ev.event_id), starts, SEEN_TTL_S],
-            )
-        return [int(r) for r in batch.execute()]
+        lay = self.layout
+        items: list[Item] = [((lay.job(ev.job_key), lay.job_seen(ev.job_key)), (packable_id(ev.event_id),))
+                             for ev in events]
+        per_event = batch.scripts(self._start, (counter_field(STARTS), SEEN_TTL_S), items, 1)
+        return [int(flag) for flag, in per_event(batch.execute())]
 
     # ------------------------------------------------------------------ reads
 

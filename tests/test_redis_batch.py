@@ -73,3 +73,28 @@ def test_the_local_cluster_has_three_masters_covering_every_slot(cluster_setting
     assert len(primaries) == 3
     info = client.get_redis_connection(primaries[0]).execute_command("CLUSTER", "INFO").decode()
     assert "cluster_state:ok" in info and "cluster_slots_assigned:16384" in info
+
+
+#: Echoes each event's first key and argument in the batch form (``apply_all`` of window.lua).
+ECHO = LuaScript("echo", """
+local out = {}
+for i = 2, #ARGV, 2 do
+  out[#out + 1] = KEYS[tonumber(ARGV[i])]
+  out[#out + 1] = ARGV[i + 1]
+end
+return out
+""")
+
+
+def test_a_batch_script_takes_one_call_per_server_or_per_slot(store_client: Any, run_id: str) -> None:
+    """Many events, one script call on one server; on a cluster one per hash slot (its keys must share
+    one), each event's keys once in KEYS and the replies mapped back to the events in order."""
+    tags = [f"{{t{i % 7}}}" for i in range(40)]
+    items = [((f"rb-{run_id}:{tag}", f"rb-{run_id}:{tag}:w"), (f"arg{i}",)) for i, tag in enumerate(tags)]
+    batch = Batch(store_client)
+    per_event = batch.scripts(ECHO, ("header",), items, 2)
+    calls = len(batch)
+    replies = per_event(batch.execute())
+    assert [[r.decode() for r in reply] for reply in replies] == [[keys[0], args[0]] for keys, args in items]
+    slots = {store_client.keyslot(keys[0]) for keys, _ in items} if isinstance(store_client, RedisCluster) else {0}
+    assert calls == len(slots)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +20,7 @@ from features.store import FeatureStore
 from replay.rebuild import RebuildResult, compare
 from streams.events import JobFinish, JobStart, Submission
 from tests.factories import T0, finish, start, submission
+from tests.store_workload import FIXTURE, apply_workload, dump_state
 
 pytestmark = pytest.mark.integration
 
@@ -178,3 +182,14 @@ def test_rebuild_ignores_fields_that_older_versions_wrote(rds: redis.Redis, run_
     finally:
         for fs in stores:
             fs.delete_all()
+
+
+def test_batched_scripts_store_the_bytes_the_per_event_scripts_stored(store: FeatureStore) -> None:
+    """Every key the workload leaves (fields, members, expiry) equals what one script call per event
+    stored (pinned from commit 437666d): one call per batch or per slot changes no byte, no count."""
+    pinned = json.loads(gzip.decompress((Path(__file__).parent / "data" / FIXTURE).read_bytes()))
+    apply_workload(store)
+    state = dump_state(store)
+    assert state.keys() == pinned.keys()
+    for key, stored in pinned.items():
+        assert state[key] == stored, key

@@ -1,13 +1,41 @@
--- Add one paired-ratio observation to a hardware pair's window at one level (model type, family
+-- Add paired-ratio observations to hardware pairs' windows at one level each (model type, family
 -- or all jobs). Idempotent like lookup.lua: an observation already in the window is found there
 -- by its event id, and one that was evicted is older than every kept entry, so it is dropped again.
+-- Like lookup.lua, each (pair hash, pair field) window is read once per call and written once.
 -- Checked before written (see job_finish.lua): a refused observation leaves no trace.
--- KEYS: pair hash of the level
--- ARGV: pair field, event_time, event_id, packed pair value, window size
--- Returns 1 when the observation entered the window, 0 otherwise.
-check_number('time', ARGV[2])
-local window = check_window(KEYS[1], ARGV[1], false)
-local entries, inserted, kept = window_insert(window, ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
-if not (inserted and kept) then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], pack_window(entries))
-return 1
+-- KEYS: the pair hashes of the call
+-- ARGV: window size; then per observation, in order: the index in KEYS of its pair hash, pair
+--       field, event_time, event_id, packed pair value
+-- Returns per observation 1 when it entered the window, 0 otherwise.
+local size = tonumber(ARGV[1])
+local windows, order = {}, {}
+
+local function window_of(k, field)
+  local by_field = windows[k]
+  if not by_field then
+    by_field = {}
+    windows[k] = by_field
+  end
+  local w = by_field[field]
+  if not w then
+    w = {k = k, field = field, entries = window_entries(check_window(KEYS[k], field, false)), changed = false}
+    by_field[field] = w
+    order[#order + 1] = w
+  end
+  return w
+end
+
+local function observe(k, field, time, id, value)
+  check_number('time', time)
+  local w = window_of(k, field)
+  local inserted, kept = window_add(w.entries, time, id, value, size)
+  if not (inserted and kept) then return 0 end
+  w.changed = true
+  return 1
+end
+
+local reply = apply_all(1, 5, observe)
+for _, w in ipairs(order) do
+  if w.changed then redis.call('HSET', KEYS[w.k], w.field, pack_parsed(w.entries)) end
+end
+return reply
