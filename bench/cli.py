@@ -35,6 +35,27 @@ def features_cmd(
     emit(bench_features(Settings.from_env(), events, reads, read_rounds, repeat, seed))
 
 
+@app.command("feast")
+def feast_cmd(
+    feast_python: Annotated[str, typer.Option(help="Python with feast[redis] (default: this one).")] = "",
+    events: Annotated[int, typer.Option(min=1, help="Finish (and start) events written first.")] = 20000,
+    entities: Annotated[int, typer.Option(min=1, help="Submissions (entities) read per pass, 256 per call.")] = 4096,
+    rounds: Annotated[int, typer.Option(min=1, help="Alternating LEAP/Feast passes per run.")] = 3,
+    repeat: Repeat = 3,
+    seed: Seed = 0,
+) -> None:
+    """LEAP's store reads against Feast's Redis online store: same redis-server, same entities, one run."""
+    import sys
+
+    from bench.feast import FeastMissing, bench_feast
+
+    try:
+        emit(bench_feast(Settings.from_env(), feast_python or sys.executable, events, entities, rounds, repeat, seed))
+    except FeastMissing as exc:
+        typer.echo(f"bench feast: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
 @app.command("predict")
 def predict_cmd(
     submissions: Annotated[int, typer.Option(min=1, help="Submissions ranked per pass.")] = 5000,

@@ -110,3 +110,20 @@ def test_soak(topics: dict[str, str], rds: redis.Redis) -> None:
         assert med[f"{role}_rss_end_mb"] > 0 and f"{role}_rss_growth" in med
     assert all(out["workers_alive_at_end"].values())
     no_scratch_keys_left(rds, out)
+
+
+def test_feast_says_clearly_when_feast_is_missing_or_prints_its_json(rds: redis.Redis) -> None:
+    """Feast is a bench-only extra: without it the command fails with what to install; with it
+    (in this interpreter) the tiny run prints the side-by-side JSON and leaves no keys behind."""
+    import importlib.util
+
+    args = ["feast", "--events", "200", "--entities", "256", "--rounds", "1", "--repeat", "1"]
+    if importlib.util.find_spec("feast") is None:
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and "Feast is not installed" in result.stderr
+        return
+    out = run_json(*args)
+    med = out["median"]
+    assert med["leap_read_entities_per_s"] > 0 and med["feast_read_entities_per_s"] > 0 and med["ratio"] > 0
+    no_scratch_keys_left(rds, out)
+    assert not list(rds.scan_iter(match="*" + out["params"]["feast_project"], count=1000))
