@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import lightgbm as lgb
 import numpy as np
+
+from predictor.compiled import TreePredictor
 
 #: From this many training rows on, a random tenth is held out to calibrate; below, all rows out of fold.
 HOLDOUT_FROM = 20_000
@@ -39,8 +40,8 @@ def map_values(values: np.ndarray, table: Mapping[str, Any], default: Any, dtype
     return np.array([found[v] for v in items], dtype=dtype)
 
 
-def predict_distinct(booster: lgb.Booster, x: np.ndarray, num_threads: int) -> np.ndarray:
-    """``booster.predict(x)``, evaluating each distinct row once.
+def predict_distinct(booster: TreePredictor, x: np.ndarray, num_threads: int) -> np.ndarray:
+    """``booster.predict(x)``, evaluating each distinct row once (a booster or its compiled trees).
 
     Every candidate of a submission asks for the same configuration on the job's prior
     hardware, so a serving batch holds each such row once per candidate.

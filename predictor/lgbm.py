@@ -30,6 +30,7 @@ with LightGBM's category settings for few rows and, below :data:`SMALL_ROWS`, sm
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import lightgbm as lgb
@@ -58,6 +59,7 @@ from predictor.calibration import (
     subset,
     trust_by_evidence,
 )
+from predictor.compiled import TreePredictor, compile_boosters
 from predictor.learned_roofline import LearnedRoofline, usable_rows
 from predictor.models import ThroughputModel, first_finite
 
@@ -65,13 +67,8 @@ __all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidenc
 
 #: Anchor candidates in order of preference, each with the feature group it needs.
 ANCHOR_CHAIN: tuple[tuple[str, str], ...] = (
-    ("prior_same_log", "prior"),
-    ("blended_transfer_log", "prior"),
-    ("base_log", "hardware"),
-    ("transfer_log", "prior"),
-    ("lookup_model_log", "lookup"),
-    ("lookup_family_log", "lookup"),
-    ("log_roofline", "hardware"),
+    ("prior_same_log", "prior"), ("blended_transfer_log", "prior"), ("base_log", "hardware"), ("transfer_log", "prior"),
+    ("lookup_model_log", "lookup"), ("lookup_family_log", "lookup"), ("log_roofline", "hardware"),
 )
 #: Columns the base model reads: the configuration and the candidate's own hardware.
 BASE_GROUPS = ("config", "hardware")
@@ -137,6 +134,7 @@ class LightGBMThroughput(ThroughputModel):
         self.booster_: lgb.Booster | None = None
         self.base_: lgb.Booster | None = None
         self.roofline_: LearnedRoofline | None = None
+        self.trees_: dict[str, TreePredictor] = {}  # compiled boosters by name (compile_trees); absent: LightGBM
         self.base_features_: list[str] = []
         self.hardware_specs_: dict[str, dict[str, Any]] = {}
         self.features_: list[str] = []
@@ -203,15 +201,14 @@ class LightGBMThroughput(ThroughputModel):
         n = len(rows["hardware"])
         base = base_prior = np.full(n, np.nan)
         if self.base_ is not None:
-            base = np.asarray(self.base_.predict(self._base_matrix(rows), num_threads=self.predict_threads))
+            trees = self.trees_.get("base", self.base_)
+            base = np.asarray(trees.predict(self._base_matrix(rows), num_threads=self.predict_threads))
             # The same configuration on the job's prior hardware (a type seen in training).
             prior_hw = rows["prior_hw"]
             has_prior = map_values(prior_hw, dict.fromkeys(self.hardware_specs_, True), False, bool)
-            base_prior = np.full(n, np.nan)
             if has_prior.any():
                 swapped = with_hardware(subset(rows, has_prior), self.hardware_specs_, prior_hw[has_prior])
-                base_prior[has_prior] = predict_distinct(self.base_, self._base_matrix(swapped),
-                                                          self.predict_threads)
+                base_prior[has_prior] = predict_distinct(trees, self._base_matrix(swapped), self.predict_threads)
         ratio = base - base_prior
         base_transfer = rows["prior_other_log"] + ratio
         blended = base_transfer
@@ -248,6 +245,7 @@ class LightGBMThroughput(ThroughputModel):
             and out-of-fold calibration keeps a job's rows together.
         """
         self._check_params()
+        self.trees_ = {}  # compiled from the boosters a refit replaces
         y = np.asarray(y, dtype=np.float64)
         self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(rows[c].tolist())))} for c in CATEGORICAL}
         small = len(y) < SMALL_ROWS
@@ -422,7 +420,8 @@ class LightGBMThroughput(ThroughputModel):
         if self.booster_ is None:
             raise RuntimeError("model is not fitted")
         rows = self._with_base(rows)
-        raw = np.asarray(self.booster_.predict(self._matrix(rows), num_threads=self.predict_threads))
+        trees = self.trees_.get("main", self.booster_)
+        raw = np.asarray(trees.predict(self._matrix(rows), num_threads=self.predict_threads))
         return self._anchor(rows), raw
 
     def _predict_log(self, rows: Rows) -> np.ndarray:
@@ -433,6 +432,10 @@ class LightGBMThroughput(ThroughputModel):
                                  restore(self.trust_by_evidence_)[level])
         out = self._from_target(raw, anchor)
         return np.where(np.isfinite(anchor), out, np.nan)
+
+    def compile_trees(self, cache_dir: Path, compiler: str | None = None) -> None:
+        """Predict with C compiled from the boosters' trees from now on (:mod:`predictor.compiled`): same output."""
+        self.trees_ = compile_boosters({"main": self.booster_, "base": self.base_}, cache_dir, compiler)
 
     def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
         if rows is None or not self.band_by_evidence_:
@@ -486,8 +489,7 @@ class LightGBMThroughput(ThroughputModel):
         model.trust_new_type_ = {k: float(v) for k, v in state.get("trust_new_type", {}).items()}
         model.model_types_ = set(state.get("model_types", model.vocab_.get("model_type", {})))
         model.band_new_type_ = {k: (float(v[0]), float(v[1])) for k, v in state.get("band_new_type", {}).items()}
-        model.size_ = dict(state.get("size", {})) or \
-            {name: getattr(model, name) for name in SMALL_SIZE}
+        model.size_ = dict(state.get("size", {})) or {name: getattr(model, name) for name in SMALL_SIZE}
         model.categories_ = dict(state.get("categories", CATEGORY_SETTINGS))
         model.base_features_ = list(state.get("base_features", []))
         model.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}

@@ -1,0 +1,216 @@
+"""Compiled trees (predictor/compiled.py) predict what ``Booster.predict`` predicts, to 1e-9 relative.
+
+Tiny boosters trained here (linear leaves and constant leaves, a categorical column, NaN / Zero /
+None missing types) scored on rows with NaNs, zeros, values below LightGBM's zero threshold,
+values far outside the training range, every category, unseen, negative and fractional
+categories; the served model's class fitted on a tiny history, before and after compiling; and
+the fallback to ``Booster.predict`` when there is no compiler or the compile fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+from core.hardware import load_catalogue
+from fleet.history import simulate, write_history
+from predictor.compiled import CompiledTrees, c_source, trees_for
+from predictor.lgbm import LightGBMThroughput
+from training.dataset import Examples, build_examples, read_history
+from training.train import parse_day
+
+RTOL = 1e-9
+CATEGORIES = 6
+#: Names no C source may hold (a model's strings never reach the compiler).
+NAMES = ["width", "depth; int evil", "ratio", "kind */ x", "zeroish"]
+
+
+def training_data(n: int = 600, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Five columns: two with NaNs, one never missing, a categorical one, one with many zeros."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 5))
+    x[:, 3] = rng.integers(0, CATEGORIES, n)
+    x[:, 4] = np.where(rng.random(n) < 0.4, 0.0, rng.normal(size=n))
+    x[rng.random(n) < 0.15, 0] = np.nan
+    x[rng.random(n) < 0.15, 1] = np.nan
+    y = 2 * np.nan_to_num(x[:, 0]) - np.nan_to_num(x[:, 1]) + x[:, 2] + (x[:, 3] % 3) + 3 * (x[:, 4] == 0)
+    return x, y
+
+
+def scoring_rows(x: np.ndarray, seed: int = 1) -> np.ndarray:
+    """Training rows plus every awkward value in every column, and every category."""
+    rng = np.random.default_rng(seed)
+    special = [np.nan, 0.0, -0.0, 1e-40, -1e-40, 1e-35, 1e10, -1e10, np.inf, -np.inf, 0.5, -0.5, 2.7, -1.0,
+               float(CATEGORIES), 40.0, 1e12]
+    rows = [x[:200]]
+    for col in range(x.shape[1]):
+        block = x[rng.integers(0, len(x), len(special))].copy()
+        block[:, col] = special
+        rows.append(block)
+    cats = x[rng.integers(0, len(x), CATEGORIES)].copy()
+    cats[:, 3] = np.arange(CATEGORIES)
+    rows.append(cats)
+    return np.ascontiguousarray(np.vstack(rows))
+
+
+def train(params: dict[str, Any], seed: int = 0) -> tuple[lgb.Booster, np.ndarray]:
+    x, y = training_data(seed=seed)
+    data = lgb.Dataset(x, label=y, feature_name=NAMES, categorical_feature=[3])
+    base = {"objective": "regression", "num_leaves": 8, "min_data_in_leaf": 5, "min_data_per_group": 5,
+            "cat_smooth": 1.0, "max_cat_to_onehot": 2, "verbose": -1, "num_threads": 1, "seed": 0}
+    return lgb.train({**base, **params}, data, num_boost_round=25), scoring_rows(x)
+
+
+def missing_types(booster: lgb.Booster) -> set[str]:
+    """The kinds of split (decision, missing type, default side) and the features of linear leaves."""
+    found: set[str] = set()
+
+    def walk(node: dict[str, Any]) -> None:
+        found.update(f"linear {k}" for k in node.get("leaf_features", []))
+        if "split_feature" in node:
+            kind = f"{node['decision_type']} {node['missing_type']}"
+            if kind == "<= None":  # NaN is read as 0.0: which side 0.0 falls on matters
+                found.add(f"{kind} {'0 left' if float(node['threshold']) >= 0 else '0 right'}")
+            else:
+                found.add(f"{kind} {'left' if node['default_left'] else 'right'}")
+            walk(node["left_child"])
+            walk(node["right_child"])
+
+    for tree in booster.dump_model()["tree_info"]:
+        walk(tree["tree_structure"])
+    return found
+
+
+@pytest.fixture()
+def cache(tmp_path: Path) -> Path:
+    return tmp_path / "compiled"
+
+
+@pytest.mark.parametrize("params", [
+    {"linear_tree": True, "linear_lambda": 0.1},
+    {},
+    {"zero_as_missing": True},
+], ids=["linear", "plain", "zero-as-missing"])
+def test_compiled_equals_booster_predict(params: dict[str, Any], cache: Path) -> None:
+    booster, rows = train(params)
+    trees = trees_for(booster, cache)
+    assert isinstance(trees, CompiledTrees)
+    expected = booster.predict(rows, num_threads=1)
+    np.testing.assert_allclose(trees.predict(rows), expected, rtol=RTOL, atol=0)
+    # one row at a time, and an empty batch
+    np.testing.assert_allclose([trees.predict(rows[i:i + 1])[0] for i in range(0, len(rows), 7)],
+                               expected[::7], rtol=RTOL, atol=0)
+    assert trees.predict(rows[:0]).shape == (0,)
+
+
+def test_the_models_cover_every_split_kind(cache: Path) -> None:
+    """The boosters above hold every decision and missing type the compiler distinguishes
+    (else the equality test would not show they are handled)."""
+    kinds: set[str] = set()
+    for params in ({"linear_tree": True}, {}, {"zero_as_missing": True}):
+        kinds |= missing_types(train(params)[0])
+    assert {"<= None 0 left", "<= None 0 right", "<= NaN left", "<= NaN right", "<= Zero left", "<= Zero right",
+            "== None right"} <= kinds
+    # linear leaves reading the columns with NaNs (their NaN rule: the leaf's constant value)
+    assert {"linear 0", "linear 1"} <= missing_types(train({"linear_tree": True})[0])
+
+
+def test_source_holds_numbers_only() -> None:
+    booster, _ = train({"linear_tree": True})
+    source = c_source(booster.dump_model())
+    assert not any(name in source for name in NAMES)
+    assert '"' not in source
+
+
+def test_a_cached_library_is_used_and_the_folder_is_private(cache: Path) -> None:
+    booster, rows = train({})
+    first = trees_for(booster, cache)
+    assert isinstance(first, CompiledTrees)
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+    again = trees_for(booster, cache, compiler="/nonexistent/cc")  # no compile needed
+    assert isinstance(again, CompiledTrees) and again.path == first.path
+    np.testing.assert_array_equal(again.predict(rows), first.predict(rows))
+
+
+def test_a_folder_others_can_write_is_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    booster, _ = train({})
+    with caplog.at_level(logging.WARNING, "leap.compiled"):
+        assert trees_for(booster, shared) is booster
+    assert "not private" in caplog.text
+
+
+@pytest.mark.parametrize("compiler", ["/nonexistent/cc", shutil.which("false") or "false"], ids=["none", "fails"])
+def test_falls_back_to_booster_predict_with_one_log_line(compiler: str, cache: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    booster, _ = train({"linear_tree": True})
+    with caplog.at_level(logging.WARNING, "leap.compiled"):
+        trees = trees_for(booster, cache, compiler=compiler)
+    assert trees is booster
+    assert len([r for r in caplog.records if r.name == "leap.compiled"]) == 1
+    assert not list(cache.glob("*.so")) and not list(cache.glob(".trees-*"))  # nothing half-written left
+
+
+def test_objectives_with_a_link_function_are_not_compiled(cache: Path, caplog: pytest.LogCaptureFixture) -> None:
+    x, y = training_data()
+    booster = lgb.train({"objective": "binary", "verbose": -1, "num_threads": 1}, lgb.Dataset(x, label=y > 1),
+                        num_boost_round=5)
+    with caplog.at_level(logging.WARNING, "leap.compiled"):
+        assert trees_for(booster, cache) is booster
+    assert "raw score" in caplog.text
+
+
+# ---------------------------------------------------------------------------- the served model
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Iterator[tuple[LightGBMThroughput, Examples]]:
+    """The served model's class (linear base trees, learned roofline) on a tiny simulated history."""
+    with tempfile.TemporaryDirectory() as tmp:
+        write_history(simulate(seed=3, days=3, attempts_per_day=500, start=parse_day("2025-03-01")), Path(tmp))
+        ex = build_examples(read_history(Path(tmp)), load_catalogue())
+    model = LightGBMThroughput(n_estimators=20, num_leaves=7, num_threads=1).fit(ex.rows, ex.y, ex.job_key)
+    assert model.roofline_ is not None and model.base_ is not None and model.base_linear
+    yield model, ex
+
+
+def test_served_model_predicts_the_same_compiled(tiny: tuple[LightGBMThroughput, Examples], cache: Path) -> None:
+    model, ex = tiny
+    before = model.predict(ex.rows)
+    lower, upper = model.predict_band(before, ex.rows)
+    model.compile_trees(cache)
+    try:
+        assert set(model.trees_) == {"main", "base"}
+        assert all(isinstance(t, CompiledTrees) for t in model.trees_.values())
+        after = model.predict(ex.rows)
+        assert np.isfinite(before).mean() > 0.5
+        np.testing.assert_allclose(after, before, rtol=RTOL, atol=0, equal_nan=True)
+        lo, hi = model.predict_band(after, ex.rows)
+        np.testing.assert_allclose(lo, lower, rtol=RTOL, atol=0, equal_nan=True)
+        np.testing.assert_allclose(hi, upper, rtol=RTOL, atol=0, equal_nan=True)
+    finally:
+        model.trees_ = {}
+
+
+def test_served_model_without_a_compiler_predicts_with_lightgbm(tiny: tuple[LightGBMThroughput, Examples],
+                                                                cache: Path) -> None:
+    model, ex = tiny
+    before = model.predict(ex.rows)
+    model.compile_trees(cache, compiler="/nonexistent/cc")
+    try:
+        assert model.trees_ == {"main": model.booster_, "base": model.base_}
+        np.testing.assert_array_equal(model.predict(ex.rows), before)
+    finally:
+        model.trees_ = {}
