@@ -9,11 +9,13 @@ the fallback to ``Booster.predict`` when there is no compiler or the compile fai
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +25,14 @@ import numpy as np
 import pytest
 
 from core.hardware import load_catalogue
+from core.settings import Settings
 from fleet.history import simulate, write_history
 from predictor.compiled import CompiledTrees, c_source, trees_for
 from predictor.lgbm import LightGBMThroughput
+from predictor.registry import Registry
+from predictor.reload import ModelFollower
+from predictor.service import ModelHolder, lookup_fallback
+from streams.events import SCHEMA_VERSION, ModelAnnouncement
 from training.dataset import Examples, build_examples, read_history
 from training.train import parse_day
 
@@ -214,3 +221,25 @@ def test_served_model_without_a_compiler_predicts_with_lightgbm(tiny: tuple[Ligh
         np.testing.assert_array_equal(model.predict(ex.rows), before)
     finally:
         model.trees_ = {}
+
+
+def test_the_model_follower_compiles_an_announced_model(tiny: tuple[LightGBMThroughput, Examples],
+                                                        settings: Settings, tmp_path: Path) -> None:
+    """A promoted model is swapped in first, then its trees are compiled into ``home / "compiled"``."""
+    model, ex = tiny
+    record = Registry(tmp_path / "registry").save(model, {"metrics": {}}, version="lgbm-compiled-test")
+    holder = ModelHolder(lookup_fallback())
+    follower = ModelFollower(dataclasses.replace(settings, home=tmp_path), Registry(tmp_path / "registry"), holder)
+    try:
+        follower._apply(ModelAnnouncement(
+            schema_version=SCHEMA_VERSION, event_id="model:compiled-test", event_time=time.time(),
+            model_version=record.version, kind=record.kind, artifact=str(record.path), metrics={}).encode())
+        assert holder.active.version == record.version and follower.compiling is not None
+        follower.compiling.join(120)
+        served = holder.active.model
+        assert isinstance(served, LightGBMThroughput)
+        assert all(isinstance(t, CompiledTrees) and t.path.parent == tmp_path / "compiled"
+                   for t in served.trees_.values()) and set(served.trees_) == {"main", "base"}
+        np.testing.assert_allclose(served.predict(ex.rows), model.predict(ex.rows), rtol=RTOL, atol=0, equal_nan=True)
+    finally:
+        follower.consumer.close()
