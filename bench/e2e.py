@@ -45,11 +45,12 @@ from typing import Any, Literal
 import numpy as np
 from confluent_kafka.admin import AdminClient
 
-from bench.common import Figures, percentiles_ms, report, say, scratch_prefix
+from bench.common import Figures, freeze_heap, percentiles_ms, report, say, scratch_prefix, unfreeze_heap
 from bench.workload import make_workload, seed_store
 from core.hardware import load_catalogue
 from core.settings import Settings
 from features.store import FeatureStore, open_store
+from predictor.lgbm import LightGBMThroughput
 from predictor.registry import Registry
 from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
 from services.processes import ROOT as SERVICES_ROOT
@@ -92,6 +93,9 @@ class Collector:
 
 
 ENGINES = ("faust", "confluent")
+#: Compiled trees of ``--model`` folders, kept between runs (a new model compiles for minutes; the
+#: worker's scratch home gets a copy, so it starts from the cache as a long-lived worker would).
+COMPILED_CACHE = Path(tempfile.gettempdir()) / "leap-bench-compiled"
 
 
 class BenchWorker(WorkerProcess):
@@ -239,6 +243,8 @@ def engine_runs(settings: Settings, engine: str, role: str, model_dir: Path | No
     worker_settings = replace(settings, home=home, key_prefix=store.layout.prefix, predictor_engine=engine)
     worker: WorkerProcess | None = None
     model = load_model(model_dir)
+    seed_compiled(home)
+    freeze_heap()  # as the worker does: the bare loop must not pay for collections of the set-up objects
     try:
         say(f"starting a {role} worker on the {engine} engine, model {model.version if model_dir else 'announced'}")
         worker = BenchWorker(worker_settings, role, home / "worker.log", model_dir)
@@ -247,6 +253,7 @@ def engine_runs(settings: Settings, engine: str, role: str, model_dir: Path | No
             runs, versions = repeat_runs(client, pool, load.rate, load.duration, load.window, load.drain,
                                          load.repeat, store, model)
     finally:
+        unfreeze_heap()
         if worker is not None:
             worker.stop()
         shutil.rmtree(home, ignore_errors=True)
@@ -255,10 +262,24 @@ def engine_runs(settings: Settings, engine: str, role: str, model_dir: Path | No
 
 
 def load_model(model_dir: Path | None) -> ActiveModel:
-    """The model the bare loop ranks with: the worker's pinned model, else the lookup fallback."""
+    """The model the bare loop ranks with: the worker's pinned model (trees compiled, as the worker
+    serves it), else the lookup fallback."""
     if model_dir is None:
         return lookup_fallback()
-    return ActiveModel(Registry(model_dir.parent).load(model_dir.name, model_dir), model_dir.name)
+    model = Registry(model_dir.parent).load(model_dir.name, model_dir)
+    if isinstance(model, LightGBMThroughput):
+        say(f"compiling the model's trees (cache {COMPILED_CACHE})")
+        model.compile_trees(COMPILED_CACHE)
+    return ActiveModel(model, model_dir.name)
+
+
+def seed_compiled(home: Path) -> None:
+    """Copy the compiled trees of :data:`COMPILED_CACHE` into a worker's home (a private folder)."""
+    if COMPILED_CACHE.is_dir():
+        target = home / "compiled"
+        target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for lib in COMPILED_CACHE.glob("trees-*.so"):
+            shutil.copy2(lib, target / lib.name)
 
 
 def side_by_side(per_engine: dict[str, list[Figures]]) -> list[Figures]:

@@ -15,6 +15,7 @@ from core.settings import Settings
 from features.agents import attach_feature_agents
 from features.store import FeatureStore, open_store
 from predictor.agent import attach_predictor_agent
+from predictor.lgbm import LightGBMThroughput
 from predictor.loop import serve as serve_confluent_predictor
 from predictor.registry import Registry
 from predictor.reload import ModelFollower
@@ -36,9 +37,13 @@ log = logging.getLogger("leap.worker")
 def predictor_service(settings: Settings, store: FeatureStore, catalogue: Catalogue,
                       model_dir: Path | None = None) -> tuple[RankingService, ModelFollower | None]:
     """The predictor's ranking service, on the announced model (and a follower of announcements to
-    start), or pinned to the saved model in ``model_dir`` (no follower: announcements are ignored)."""
+    start), or pinned to the saved model in ``model_dir`` (no follower: announcements are ignored;
+    its trees are compiled before the first submission, as the follower compiles a promoted model's)."""
     if model_dir is not None:
-        holder = ModelHolder(ActiveModel(Registry(model_dir.parent).load(model_dir.name, model_dir), model_dir.name))
+        model = Registry(model_dir.parent).load(model_dir.name, model_dir)
+        if isinstance(model, LightGBMThroughput):
+            model.compile_trees(settings.home / "compiled")
+        holder = ModelHolder(ActiveModel(model, model_dir.name))
         follower = None
     else:
         holder = ModelHolder(lookup_fallback())
