@@ -178,14 +178,18 @@ class ConfluentPredictor:
         Called between batches every :data:`HOUSEKEEPING_EVERY_S` (price reload).
     routes
         Topics and consumer group (the LEAP ones by default).
+    consumer_overrides
+        librdkafka settings of the consumer over :func:`consumer_config`'s (tests, tuning).
     """
 
     def __init__(self, settings: Settings, service: RankingService,
-                 housekeeping: Callable[[], object] | None = None, routes: Routes | None = None) -> None:
+                 housekeeping: Callable[[], object] | None = None, routes: Routes | None = None,
+                 consumer_overrides: dict[str, Any] | None = None) -> None:
         self.service = service
         self.housekeeping = housekeeping
         self.routes = routes or Routes()
-        self.consumer = Consumer(consumer_config(settings, self.routes.group))
+        self.consumer = Consumer({**consumer_config(settings, self.routes.group), **(consumer_overrides or {})})
+        self.revocations = 0  # partitions revoked or lost so far (rebalances seen by this member)
         self.producer = Producer(producer_config(settings))
         self.commits = Commits()
         self.assigned: set[tuple[str, int]] = set()
@@ -234,6 +238,7 @@ class ConfluentPredictor:
         self._forget({(tp.topic, tp.partition) for tp in partitions})  # no commit: they may be another's
 
     def _forget(self, gone: set[tuple[str, int]]) -> None:
+        self.revocations += 1
         self.assigned -= gone
         self.commits.forget(gone)
         self._stash = [m for m in self._stash if (m.topic(), m.partition()) not in gone]

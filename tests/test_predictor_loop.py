@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -92,9 +93,10 @@ def service_on(store: FeatureStore, version: str = "lookup-loop-test") -> Rankin
 
 
 @contextmanager
-def running(settings: Settings, service: RankingService, routes: Routes) -> Iterator[ConfluentPredictor]:
+def running(settings: Settings, service: RankingService, routes: Routes,
+            **consumer: Any) -> Iterator[ConfluentPredictor]:
     """The loop in a thread until the block ends; then stopped as SIGTERM stops it."""
-    loop = ConfluentPredictor(settings, service, routes=routes)
+    loop = ConfluentPredictor(settings, service, routes=routes, consumer_overrides=consumer)
     errors: list[BaseException] = []
 
     def target() -> None:
@@ -211,18 +213,20 @@ def test_a_redis_outage_holds_the_batch_and_its_offsets_until_redis_is_back(
     subs = [submission(f"{run_id}-{i}", i) for i in range(12)]
     (tmp_path / "first").mkdir()
     (tmp_path / "second").mkdir()
+    # The group evicts a member that does not poll for max.poll.interval.ms (7 s here, the least
+    # above the 6 s session timeout); the outage below lasts longer.
     with late_redis_server(port, after_s=0.0, workdir=tmp_path / "first"), \
-            running(settings, service_on(outage), routes) as loop:
+            running(settings, service_on(outage), routes, **{"max.poll.interval.ms": 7000}) as loop:
         io.wait_ready(loop)
         server_gone = wait_for_redis_down(outage)
         start = io.ends()
         for sub in subs:
             io.publish(sub.job_key.encode(), sub.encode())
         assert io.ends() != start
-        time.sleep(3.0)  # past KEEPALIVE_S: the loop polls its paused consumer meanwhile
+        time.sleep(9.0)  # the loop polls its paused consumer meanwhile (KEEPALIVE_S)
         held = io.committed(settings)
         assert all(held[p] <= start.get(p, 0) for p in held), (held, start)  # none of the held batch
-        assert loop.assigned, "the group kept the loop while it waited"
+        assert loop.assigned and loop.revocations == 0, "the group kept the loop while it waited"
         io.read(0.5)
         assert not {s.attempt_id for s in subs} & {r.attempt_id for r in io.rankings}
         with late_redis_server(port, after_s=0.0, workdir=tmp_path / "second"):
