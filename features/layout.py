@@ -23,6 +23,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from core.keyspace import RESERVED_PREFIX
@@ -138,10 +139,23 @@ def text(value: bytes | str) -> str:
 # ---------------------------------------------------------------- Python readers
 
 
-def parse_job_field(value: str) -> PriorStat:
-    """A job's :data:`JOB_FIELD` for one hardware type."""
-    n, last_time, last, robust = JOB_FIELD.unpack(value)
+_JOB_FIELD_SEP = JOB_FIELD.sep.encode()
+
+
+def parse_job_field(value: str | bytes) -> PriorStat:
+    """A job's :data:`JOB_FIELD` for one hardware type (as text, or as the bytes Redis sent:
+    ``int`` and ``float`` read ASCII bytes as they read text, and refuse what is not)."""
+    parts = value.split(JOB_FIELD.sep) if isinstance(value, str) else value.split(_JOB_FIELD_SEP)
+    if len(parts) != len(JOB_FIELD.parts):
+        raise ValueError(f"{JOB_FIELD.name} has {len(JOB_FIELD.parts)} parts: {value!r}")
+    n, last_time, last, robust = parts
     return PriorStat(int(n), float(last_time), float(last), float(robust))
+
+
+@lru_cache(maxsize=4096)
+def field_name(raw: bytes | str) -> str:
+    """A hash field's name as text; a batch's reads meet the same few hardware names again and again."""
+    return text(raw)
 
 
 def parse_lookup_field(value: str) -> LookupStat:

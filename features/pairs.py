@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
 
 from features.layout import (
     COMPUTED_NUMBER,
@@ -176,7 +178,7 @@ def informative_priors(prior: Mapping[str, PriorStat], exclude: str, limit: int)
 #: best one alone (fold seeds 0 and 2 of the public tables: two and more about tie, one is worse).
 MAX_PRIORS = 2
 
-Wanted = dict[str, list[tuple[str, str, float]]]  # candidate -> [(prior hardware, pair field, sign)]
+Wanted = dict[str, Sequence[tuple[str, str, float]]]  # candidate -> [(prior hardware, pair field, sign)]
 
 
 def wanted_pairs(prior: Mapping[str, PriorStat], candidates: Sequence[str]) -> Wanted:
@@ -185,12 +187,23 @@ def wanted_pairs(prior: Mapping[str, PriorStat], candidates: Sequence[str]) -> W
     out: Wanted = {}
     if not prior:
         return out
+    # informative_priors(prior, cand, MAX_PRIORS) for every candidate, from one ranking: a
+    # candidate among the top MAX_PRIORS + 1 leaves the others
+    ranked = tuple(informative_priors(prior, "", MAX_PRIORS + 1))
     for cand in candidates:
-        pairs = [(hw, *pair_field(cand, hw)) for hw in informative_priors(prior, cand, MAX_PRIORS)
-                 if pairable(cand) and pairable(hw)]
+        pairs = _candidate_pairs(cand, ranked)
         if pairs:
             out[cand] = pairs
     return out
+
+
+@lru_cache(maxsize=65536)
+def _candidate_pairs(cand: str, ranked: tuple[str, ...]) -> tuple[tuple[str, str, float], ...]:
+    """A candidate's pairs given the job's ranked priors (pure, so shared between submissions)."""
+    if not pairable(cand):
+        return ()
+    return tuple((hw, *pair_field(cand, hw)) for hw in [hw for hw in ranked if hw != cand][:MAX_PRIORS]
+                 if pairable(hw))
 
 
 def pair_levels(model_type: str, family: str | None) -> list[tuple[str, str | None]]:
@@ -203,7 +216,7 @@ def pair_levels(model_type: str, family: str | None) -> list[tuple[str, str | No
 
 
 def summarise_pairs(want: Wanted, windows: Mapping[str, Mapping[str, Sequence[Observation]]],
-                    at: Coordinates) -> dict[str, dict[str, dict[str, PairStat]]]:
+                    at: Coordinates, memo: dict[Any, Any] | None = None) -> dict[str, dict[str, dict[str, PairStat]]]:
     """Per level, candidate and prior hardware, the summary of the pair (candidate, prior).
 
     Parameters
@@ -214,18 +227,39 @@ def summarise_pairs(want: Wanted, windows: Mapping[str, Mapping[str, Sequence[Ob
         Level -> pair field -> the field's parsed observations.
     at
         The submission's coordinates.
+    memo
+        Shared by the calls of one batch whose windows are the same objects: a window summarised
+        from one configuration is not summarised again (the result is the same numbers).
     """
     out: dict[str, dict[str, dict[str, PairStat]]] = {}
     for level, fields in windows.items():
+        if not fields:
+            continue
         stats: dict[str, dict[str, PairStat]] = {}
         for cand, pairs in want.items():
             for prior_hw, field, sign in pairs:
-                stat = summarise(fields.get(field, ()), sign, at)
+                observed = fields.get(field)
+                if not observed:
+                    continue
+                stat = _summarised(observed, sign, at, memo)
                 if stat is not None:
                     stats.setdefault(cand, {})[prior_hw] = stat
         if stats:
             out[level] = stats
     return out
+
+
+def _summarised(observed: Sequence[Observation], sign: float, at: Coordinates,
+                memo: dict[Any, Any] | None) -> PairStat | None:
+    if memo is None:
+        return summarise(observed, sign, at)
+    key = (id(observed), at)
+    if key not in memo:  # the window stays referenced by the caller's windows while memo lives
+        memo[key] = summarise(observed, 1.0, at)
+    stat: PairStat | None = memo[key]
+    if stat is None or sign > 0:
+        return stat
+    return PairStat(stat.n, stat.weight, -stat.log_ratio)
 
 
 def carried(stats: Mapping[str, Mapping[str, Mapping[str, PairStat]]], prior: Mapping[str, PriorStat],

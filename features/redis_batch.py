@@ -9,9 +9,12 @@ On one server that is one round trip; on a Redis Cluster it is one per node the 
 :mod:`features.keys`).
 
 Why not redis-py's own pipelines: a plain pipeline that runs scripts asks ``SCRIPT EXISTS``
-before every execute (a second round trip per batch), and the cluster pipeline refuses
-``EVALSHA`` altogether. Here scripts are called by SHA and loaded only when a node answers
-``NOSCRIPT`` (a restarted or new node); only the commands that failed are sent again, so a script
+before every execute (a second round trip per batch), the cluster pipeline refuses ``EVALSHA``
+altogether, and its per-command Python (packing, callbacks) cost more than Redis did for a read
+of 256 job hashes. A batch is packed by hiredis into one buffer, written once on a pooled
+connection of the node, and its replies read back with the connection's hiredis parser.
+Scripts are called by SHA and loaded only when a node answers ``NOSCRIPT`` (a restarted or new
+node); only the commands that failed are sent again, so a script
 that ran is never run twice. A ``MOVED``/``ASK`` reply (slots moved between nodes) refreshes the
 cluster's slot map and sends the refused commands to their new node.
 """
@@ -23,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import hiredis
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, TryAgainError
@@ -52,11 +56,53 @@ class LuaScript:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
+def _as_dict(reply: dict[bytes, bytes] | list[bytes]) -> dict[bytes, bytes]:
+    """An ``HGETALL`` reply as a dict: RESP3 sends a map, RESP2 a flat field, value, ... list."""
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2], strict=True))
+
+
 @dataclass(frozen=True)
 class _Command:
     args: tuple[Any, ...]
     key: str
     script: LuaScript | None = None
+    convert: Any = None  # turns the raw reply into what the caller gets
+
+
+def _read_replies(conn: Any, payload: bytes, count: int) -> list[Any]:
+    """Write one packed batch and read its ``count`` replies; an error reply comes back as the
+    exception redis-py's parser made of it, in its place, like ``execute(raise_on_error=False)``."""
+    conn.send_packed_command([payload])
+    replies: list[Any] = []
+    for _ in range(count):
+        try:
+            replies.append(conn.read_response(disable_decoding=True))
+        except redis.ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+def exchange(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """One round trip to one server: ``commands`` packed into one write, their raw replies in order.
+
+    A connection that fails is dropped and the batch sent again on a fresh one as the client's
+    retry policy allows (as redis-py's pipelines do): reads repeat harmlessly and every store
+    script is idempotent.
+    """
+    payload = b"".join([hiredis.pack_command(args) for args in commands])
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        replies: list[Any] = conn.retry.call_with_retry(lambda: _read_replies(conn, payload, len(commands)),
+                                                        lambda _error: conn.disconnect())
+        return replies
+    except BaseException:
+        conn.disconnect()  # replies may still be on the wire: nobody may read them as theirs
+        raise
+    finally:
+        pool.release(conn)
 
 
 class Batch:
@@ -81,7 +127,7 @@ class Batch:
         return len(self._commands)
 
     def hgetall(self, key: str) -> None:
-        self._commands.append(_Command(("HGETALL", key), key))
+        self._commands.append(_Command(("HGETALL", key), key, convert=_as_dict))
 
     def hmget(self, key: str, fields: Sequence[str]) -> None:
         self._commands.append(_Command(("HMGET", key, *fields), key))
@@ -180,16 +226,18 @@ class Batch:
         """
         refused = []
         for node_client, indices in self._by_node(commands, pending, asking):
-            pipe = node_client.pipeline(transaction=False)
+            sent: list[tuple[Any, ...]] = []
             for i in indices:
                 if i in asking:
-                    pipe.execute_command("ASKING")
-                pipe.execute_command(*commands[i].args)
-            answers = iter(pipe.execute(raise_on_error=False))
+                    sent.append(("ASKING",))
+                sent.append(commands[i].args)
+            answers = iter(exchange(node_client, sent))
             for i in indices:
                 if i in asking:
                     next(answers)
-                replies[i] = reply = next(answers)
+                reply = next(answers)
+                convert = commands[i].convert
+                replies[i] = convert(reply) if convert is not None and not isinstance(reply, Exception) else reply
                 if isinstance(reply, NoScriptError | AskError | TryAgainError):
                     refused.append(i)
         return refused

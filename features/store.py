@@ -23,10 +23,10 @@ costs one pipelined round trip on each node its keys live on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from functools import cache
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache, lru_cache
 from importlib import resources
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -39,6 +39,7 @@ from features.layout import (
     COUNTER_PREFIX,
     STARTS,
     counter_field,
+    field_name,
     lua_prelude,
     num,
     packable_id,
@@ -58,7 +59,7 @@ from features.pairs import (
     wanted_pairs,
 )
 from features.redis_batch import Batch, Client, Item, LuaScript
-from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
+from features.snapshot import FeatureSnapshot, LookupStat, PairStat, PriorStat
 from streams import metrics
 from streams.events import JobFinish, JobStart, Submission
 
@@ -108,6 +109,7 @@ class FeatureStore:
         self.client = client
         self.layout = layout or KeyLayout()
         self._hw = cache(canonicalize) if canonicalize else _same
+        self._pair_keys: dict[tuple[str, str | None], str] = {}
         self._finish, self._start, self._lookup, self._pair = (
             LuaScript(name, _lua(name)) for name in ("job_finish", "job_start", "lookup", "pair"))
 
@@ -193,7 +195,9 @@ class FeatureStore:
         """Feature snapshots of a batch of submissions.
 
         One pipelined round trip for the job hashes and the batch's distinct lookup hashes, and
-        a second one (only when some job has a prior) for the paired ratios its rows will use.
+        a second one (only when some job has a prior) for the paired ratios its rows will use:
+        one ``HMGET`` per pair hash of the batch (its model types', families' and the ``all``
+        level's), of the fields any of its jobs wants, each window parsed once per batch.
         """
         if not submissions:
             return []
@@ -211,28 +215,40 @@ class FeatureStore:
         n, m = len(submissions), len(models)
         by_model = {name: _parse_lookup(raw[n + i], name) for i, name in enumerate(models)}
         by_family = {name: _parse_lookup(raw[n + m + i], name) for i, name in enumerate(families)}
-        snaps = [_job_snapshot(raw[i], by_model[s.model_type], by_family.get(s.family, {}) if s.family else {},
-                               s.job_key) for i, s in enumerate(submissions)]
-        return self._with_pairs(submissions, snaps)
+        jobs = [_job_fields(raw[i], s.job_key) for i, s in enumerate(submissions)]
+        pairs = self._pairs(submissions, [job[0] if job else {} for job in jobs])
+        return [_snapshot(job, by_model[s.model_type], by_family.get(s.family, {}) if s.family else {}, stats)
+                for s, job, stats in zip(submissions, jobs, pairs, strict=True)]
 
-    def _with_pairs(self, submissions: Sequence[Submission], snaps: list[FeatureSnapshot]) -> list[FeatureSnapshot]:
-        """The snapshots with the paired ratios of each candidate over its row's prior hardware."""
-        wanted = [wanted_pairs(snap.prior, [self._hw(c) for c in sub.candidates])
-                  for sub, snap in zip(submissions, snaps, strict=True)]
-        batch = Batch(self.client)
-        asked: list[list[tuple[str, list[str]]]] = []
+    def _pairs(self, submissions: Sequence[Submission], priors: Sequence[dict[str, PriorStat]]
+               ) -> list[dict[str, dict[str, dict[str, PairStat]]]]:
+        """Per submission, the paired ratios of each candidate over its row's prior hardware."""
+        wanted = [wanted_pairs(prior, [self._hw(c) for c in sub.candidates]) if prior else {}
+                  for sub, prior in zip(submissions, priors, strict=True)]
+        asked: dict[str, dict[str, None]] = {}  # pair hash -> the fields any job of the batch wants
+        levels: list[list[tuple[str, str]]] = []
         for sub, want in zip(submissions, wanted, strict=True):
-            fields = list(dict.fromkeys(field for pairs in want.values() for _, field, _ in pairs))
-            levels = pair_levels(sub.model_type, sub.family) if fields else []
-            for level, name in levels:
-                batch.hmget(self.layout.pairs(level, name), fields)
-            asked.append([(level, fields) for level, _ in levels])
-        replies = iter(batch.execute() if len(batch) else [])
-        out = []
-        for sub, snap, want, levels_asked in zip(submissions, snaps, wanted, asked, strict=True):
-            windows = {level: _parse_windows(fields, next(replies), level) for level, fields in levels_asked}
-            out.append(replace(snap, pairs=summarise_pairs(want, windows, submission_coordinates(sub))))
-        return out
+            fields = dict.fromkeys(field for pairs in want.values() for _, field, _ in pairs)
+            keys = [(level, self._pair_key(level, name)) for level, name in pair_levels(sub.model_type, sub.family)
+                    ] if fields else []
+            for _, key in keys:
+                asked.setdefault(key, {}).update(fields)
+            levels.append(keys)
+        batch = Batch(self.client)
+        for key, fields in asked.items():
+            batch.hmget(key, list(fields))
+        replies = batch.execute() if len(batch) else []
+        windows = {key: _parse_windows(list(fields), reply, key)
+                   for (key, fields), reply in zip(asked.items(), replies, strict=True)}
+        memo: dict[Any, Any] = {}  # a window seen from one configuration is summarised once per batch
+        return [summarise_pairs(want, {level: windows[key] for level, key in keys}, submission_coordinates(sub), memo)
+                if keys else {} for sub, want, keys in zip(submissions, wanted, levels, strict=True)]
+
+    def _pair_key(self, level: str, name: str | None) -> str:
+        key = self._pair_keys.get((level, name))
+        if key is None:
+            key = self._pair_keys[(level, name)] = self.layout.pairs(level, name)
+        return key
 
     def delete_all(self) -> int:
         """Delete every key under this layout's prefix (replays into a scratch prefix use it)."""
@@ -247,24 +263,31 @@ class FeatureStore:
         return deleted
 
 
-def parse_snapshot(
-    job: dict[bytes, bytes], model: dict[str, LookupStat], family: dict[str, LookupStat]
-) -> FeatureSnapshot:
-    """A snapshot from a job's hash and its (already parsed, shared) lookup aggregates.
+def parse_job(job: Mapping[bytes, bytes]) -> tuple[dict[str, PriorStat], dict[str, int]]:
+    """A job hash's priors (hardware -> :class:`PriorStat`) and attempt counters.
 
     Counter-prefixed fields that are not declared counters are skipped: hashes that older
-    versions wrote may still hold the retired ``_last_start*`` fields.
+    versions wrote may still hold the retired ``_last_start*`` fields. ValueError (a
+    UnicodeDecodeError included) when a field does not read as declared.
     """
     prior: dict[str, PriorStat] = {}
     counts: dict[str, int] = {}
     for raw_field, raw_value in job.items():
-        name, value = text(raw_field), text(raw_value)
+        name = field_name(raw_field)
         if name.startswith(COUNTER_PREFIX):
             counter = COUNTER_FIELDS.get(name)
             if counter is not None:
-                counts[counter] = int(value)
+                counts[counter] = int(text(raw_value))
             continue
-        prior[name] = parse_job_field(value)
+        prior[name] = parse_job_field(raw_value)
+    return prior, counts
+
+
+def parse_snapshot(
+    job: Mapping[bytes, bytes], model: dict[str, LookupStat], family: dict[str, LookupStat]
+) -> FeatureSnapshot:
+    """A snapshot from a job's hash and its (already parsed, shared) lookup aggregates."""
+    prior, counts = parse_job(job)
     return FeatureSnapshot.of(prior, model, family, counts)
 
 
@@ -277,38 +300,58 @@ def _unreadable(kind: str, name: str, exc: ValueError) -> None:
     log.warning("unreadable %s features of %r, left out: %s", kind, name[:120], exc)
 
 
-def _job_snapshot(job: dict[bytes, bytes], model: dict[str, LookupStat], family: dict[str, LookupStat],
-                  job_key: str) -> FeatureSnapshot:
-    """:func:`parse_snapshot`, or, when the job's hash cannot be read, a snapshot without the job's
-    own features that says so: one corrupt job must not fail the batch of other jobs it is read with."""
+def _job_fields(job: Mapping[bytes, bytes], job_key: str) -> tuple[dict[str, PriorStat], dict[str, int]] | None:
+    """:func:`parse_job`, or None when the job's hash cannot be read: one corrupt job must not fail
+    the batch of other jobs it is read with."""
     try:
-        return parse_snapshot(job, model, family)
+        return parse_job(job)
     except ValueError as exc:  # UnicodeDecodeError included
         _unreadable("job", job_key, exc)
+        return None
+
+
+def _snapshot(job: tuple[dict[str, PriorStat], dict[str, int]] | None, model: dict[str, LookupStat],
+              family: dict[str, LookupStat], pairs: dict[str, dict[str, dict[str, PairStat]]]) -> FeatureSnapshot:
+    """A submission's snapshot; without the job's own features, and saying so, when its hash was unreadable."""
+    if job is None:
         return FeatureSnapshot(lookup_model=model, lookup_family=family, fallback=UNREADABLE_JOB)
+    return FeatureSnapshot.of(job[0], model, family, job[1], pairs)
 
 
-def _parse_lookup(raw: dict[bytes, bytes], name: str) -> dict[str, LookupStat]:
+@lru_cache(maxsize=1 << 16)
+def _lookup_stat(value: bytes) -> LookupStat:
+    """A lookup field's bytes, parsed: the same aggregates are read batch after batch, and between
+    two of their updates their bytes (so their parse: an immutable stat) do not change."""
+    return parse_lookup_field(text(value))
+
+
+@lru_cache(maxsize=1 << 14)
+def _pair_window(value: bytes) -> list[Observation]:
+    """A pair window's bytes, parsed (memoised like :func:`_lookup_stat`; nothing changes the list)."""
+    return parse_window(text(value))
+
+
+def _parse_lookup(raw: Mapping[bytes, bytes], name: str) -> dict[str, LookupStat]:
     """A lookup aggregate's fields, parsed; an unreadable field is left out (and counted)."""
     out = {}
     for field, value in raw.items():
         try:
-            out[text(field)] = parse_lookup_field(text(value))
+            out[field_name(field)] = _lookup_stat(value)
         except ValueError as exc:
             _unreadable("lookup", name, exc)
     return out
 
 
-def _parse_windows(fields: Sequence[str], values: Sequence[bytes | None], level: str) -> dict[str, list[Observation]]:
+def _parse_windows(fields: Sequence[str], values: Sequence[bytes | None], key: str) -> dict[str, list[Observation]]:
     """Pair windows as read by ``HMGET``, parsed; an absent or unreadable one is left out."""
     out = {}
     for field, value in zip(fields, values, strict=True):
         if value is None:
             continue
         try:
-            out[field] = parse_window(text(value))
+            out[field] = _pair_window(value)
         except ValueError as exc:
-            _unreadable("pairs", f"{level}:{field}", exc)
+            _unreadable("pairs", f"{key}:{field}", exc)
     return out
 
 
