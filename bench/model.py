@@ -22,6 +22,7 @@ import numpy as np
 from core.hardware import Catalogue
 from features.rows import CATEGORICAL, COLUMNS, Rows
 from fleet.history import simulate, write_history
+from predictor.compiled import TreePredictor, trees_for
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import ThroughputModel
 from predictor.registry import Registry
@@ -91,6 +92,7 @@ class PlainLightGBM(ThroughputModel):
     rows' numeric columns, one thread — the model of the plain loop the served one is compared with.
 
     Fitted on the served model's own predictions, so its trees grow as deep as real targets make them.
+    Predicts with LightGBM until :meth:`compile_trees`, then with the compiled trees (same output).
     """
 
     kind = "plain_lightgbm"
@@ -102,9 +104,14 @@ class PlainLightGBM(ThroughputModel):
         params = {"objective": "regression", "num_leaves": PLAIN_LEAVES, "num_threads": 1, "verbose": -1, "seed": 0}
         self.booster = lgb.train(params, lgb.Dataset(self._matrix(rows)[ok], label=target[ok]),
                                  num_boost_round=PLAIN_TREES)
+        self.trees: TreePredictor = self.booster
+
+    def compile_trees(self, cache_dir: Path) -> None:
+        """Predict with the booster's trees compiled to C (:mod:`predictor.compiled`) from now on."""
+        self.trees = trees_for(self.booster, cache_dir)
 
     def _matrix(self, rows: Rows) -> np.ndarray:
         return np.column_stack([rows[c] for c in self.columns])
 
     def _predict_log(self, rows: Rows) -> np.ndarray:
-        return np.asarray(self.booster.predict(self._matrix(rows), num_threads=1))
+        return np.asarray(self.trees.predict(self._matrix(rows), num_threads=1))

@@ -10,6 +10,9 @@ ratios between them are measured side by side:
   class and size: its throughput is ``served_submissions_per_s``;
 - ``bare``: DESIGN §9's plain loop, the same service around a plain 200-tree x 31-leaf LightGBM
   (:class:`bench.model.PlainLightGBM`): ``bare_submissions_per_s``, and ``served_over_bare``;
+- ``lightgbm`` and ``bare`` predict with their trees compiled to C (:mod:`predictor.compiled`), as a
+  predictor serves them; ``lightgbm_booster`` and ``bare_booster`` are the same models with LightGBM's
+  own predict (the same predictions: ``compiled_max_abs_diff``), and ``*_compiled_speedup`` the ratios;
 - ``*_no_redis``: the same with snapshots read beforehand (decode, build rows, predict, price,
   encode).
 
@@ -19,6 +22,7 @@ the issue's unit being 24.
 
 from __future__ import annotations
 
+import copy
 import cProfile
 import dataclasses
 import time
@@ -37,6 +41,7 @@ from core.settings import Settings
 from features.batch_rows import build_batch_rows
 from features.snapshot import FeatureSnapshot
 from features.store import FeatureStore, open_store
+from predictor.lgbm import LightGBMThroughput
 from predictor.models import ThroughputModel
 from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
 from streams.events import Submission
@@ -145,6 +150,10 @@ def run_once(services: dict[str, RankingService], clock: Clock, raw_batches: Seq
     figures["served_submissions_per_s"] = figures["lightgbm_submissions_per_s"]
     if "bare_submissions_per_s" in figures:
         figures["served_over_bare"] = figures["lightgbm_submissions_per_s"] / figures["bare_submissions_per_s"]
+    for name in ("lightgbm", "bare"):
+        if f"{name}_booster_submissions_per_s" in figures:
+            figures[f"{name}_compiled_speedup"] = (figures[f"{name}_submissions_per_s"]
+                                                   / figures[f"{name}_booster_submissions_per_s"])
     return figures
 
 
@@ -169,7 +178,8 @@ def timed_runs(services: dict[str, RankingService], clock: Clock, raw_batches: S
     try:
         for r in range(repeat):
             figures = run_once(services, clock, raw_batches)
-            figures.update({f"lightgbm_{k}": v for k, v in _predict_cost(models["lightgbm"].model, rows_all).items()})
+            for name in ("lightgbm", "lightgbm_booster"):
+                figures.update({f"{name}_{k}": v for k, v in _predict_cost(models[name].model, rows_all).items()})
             figures.update({f"lookup_{k}": v for k, v in _predict_cost(models["lookup"].model, rows_all).items()})
             runs.append(figures)
             say(f"run {r + 1}/{repeat}: lookup {figures['lookup_submissions_per_s']:.0f}/s, "
@@ -191,7 +201,7 @@ def add_design_ratios(runs: list[Figures]) -> None:
 
 
 def served_model(catalogue: Catalogue, history_days: int, history_per_day: int, seed: int, trees: int | None,
-                 model_dir: Path | None, save_model: Path | None) -> tuple[ThroughputModel, dict[str, Any]]:
+                 model_dir: Path | None, save_model: Path | None) -> tuple[LightGBMThroughput, dict[str, Any]]:
     """The served model's class fitted on a simulated history, or loaded from ``model_dir``."""
     if model_dir is not None:
         say(f"loading the model saved in {model_dir}")
@@ -202,6 +212,24 @@ def served_model(catalogue: Catalogue, history_days: int, history_per_day: int, 
     if save_model is not None:
         save_fitted(model, info, save_model)
     return model, info
+
+
+def bench_models(model: LightGBMThroughput, rows_all: dict[str, np.ndarray], cache_dir: Path
+                 ) -> tuple[dict[str, ActiveModel], float]:
+    """The variants' models, and the largest difference between the served model's predictions
+    compiled and with LightGBM's predict on all rows (log throughput)."""
+    served_booster = copy.copy(model)
+    served_booster.trees_ = {}
+    model.compile_trees(cache_dir)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(model._predict_log(rows_all) - served_booster._predict_log(rows_all))
+    plain = PlainLightGBM(rows_all, served_booster._predict_log(rows_all))
+    plain_booster = copy.copy(plain)
+    plain.compile_trees(cache_dir)
+    models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm"),
+              "lightgbm_booster": ActiveModel(served_booster, "bench-lightgbm"),
+              "bare": ActiveModel(plain, "bench-plain"), "bare_booster": ActiveModel(plain_booster, "bench-plain")}
+    return models, float(np.nanmax(diff, initial=0.0))
 
 
 def with_candidates(w: Workload, candidates: int, catalogue: Catalogue) -> Workload:
@@ -261,9 +289,8 @@ def bench_predict(
         known = sum(1 for s in snapshots.values() if s.prior) / max(1, len(snapshots))
         raw_batches = [[s.encode() for s in b] for b in batches(w.submissions, batch)]
         rows_all = build_batch_rows(w.submissions, [snapshots[s.event_id] for s in w.submissions], catalogue)
-        say("fitting the plain model of DESIGN §9's loop")
-        models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm"),
-                  "bare": ActiveModel(PlainLightGBM(rows_all, model._predict_log(rows_all)), "bench-plain")}
+        say("compiling the served model's trees; fitting and compiling the plain model of DESIGN §9's loop")
+        models, compiled_diff = bench_models(model, rows_all, settings.home / "compiled")
         clock = Clock()
         services = _services(store, catalogue, clock, models, snapshots, no_redis)
         runs = timed_runs(services, clock, raw_batches, models, rows_all, repeat, profile_dir)
@@ -274,5 +301,5 @@ def bench_predict(
     params = {"submissions": len(w.submissions), "batch": batch, "warm_attempts": warm, "seed": seed,
               "key_prefix": prefix, "candidates": candidates or "as simulated",
               "mean_candidates": round(w.mean_candidates, 2), "known_job_share": round(known, 3),
-              "variants": list(services), "model": model_info}
+              "variants": list(services), "model": model_info, "compiled_max_abs_diff": compiled_diff}
     return report("predict", params, runs, extra={"design_9": dict(DESIGN_9)}, started=began)

@@ -50,6 +50,8 @@ CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math")
 COMPILE_TIMEOUT_S = 1800.0
 #: Bumped when the generated code changes meaning (part of the cache key).
 CODEGEN_VERSION = "1"
+#: Libraries kept in the cache folder (the most recently used; each model version makes one).
+KEEP_LIBRARIES = 8
 #: Rows scored together tree by tree (a block of the served model's rows fits in the L1 cache).
 ROW_BLOCK = 256
 
@@ -315,6 +317,15 @@ def build_library(source: str, library: Path, compiler: str) -> None:
         tmp_so.unlink(missing_ok=True)
 
 
+def prune(folder: Path, keep: int = KEEP_LIBRARIES) -> None:
+    """Delete all but the ``keep`` most recently used libraries (and their sources) in ``folder``.
+    A process that has one loaded keeps it: the file goes, the mapping stays."""
+    libraries = sorted(folder.glob("trees-*.so"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in libraries[keep:]:
+        old.unlink(missing_ok=True)
+        old.with_suffix(".c").unlink(missing_ok=True)
+
+
 def find_compiler() -> str | None:
     """The system C compiler (``cc``, else ``gcc``), or None."""
     return shutil.which("cc") or shutil.which("gcc")
@@ -335,12 +346,15 @@ def trees_for(booster: lgb.Booster, cache_dir: Path, compiler: str | None = None
     """
     try:
         library = library_path(booster, private_dir(cache_dir))
-        if not library.is_file():
+        if library.is_file():
+            os.utime(library)  # used now: kept by prune()
+        else:
             source = c_source(booster.dump_model())
             cc = compiler or find_compiler()
             if cc is None:
                 raise OSError("no C compiler found (cc, gcc)")
             build_library(source, library, cc)
+            prune(library.parent)
         return CompiledTrees(library, booster.num_feature())
     except (Unsupported, OSError, subprocess.SubprocessError) as exc:
         log.warning("trees not compiled, LightGBM's own predict is used: %s", exc)

@@ -50,7 +50,8 @@ def test_predict(rds: redis.Redis, tmp_path: Path) -> None:
                    "--history-per-day", "150", "--trees", "3", "--no-no-redis", "--repeat", "1",
                    "--candidates", "6", "--save-model", str(saved))
     med = out["median"]
-    assert out["params"]["variants"] == ["lookup", "lightgbm", "bare"]
+    assert out["params"]["variants"] == ["lookup", "lightgbm", "lightgbm_booster", "bare", "bare_booster"]
+    assert out["params"]["compiled_max_abs_diff"] <= 1e-9 and med["lightgbm_compiled_speedup"] > 0
     assert out["params"]["mean_candidates"] == 6
     assert med["served_submissions_per_s"] == med["lightgbm_submissions_per_s"] > 0
     assert med["bare_submissions_per_s"] > 0 and med["served_over_bare"] > 0

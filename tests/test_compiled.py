@@ -27,7 +27,7 @@ import pytest
 from core.hardware import load_catalogue
 from core.settings import Settings
 from fleet.history import simulate, write_history
-from predictor.compiled import CompiledTrees, c_source, trees_for
+from predictor.compiled import CompiledTrees, c_source, prune, trees_for
 from predictor.lgbm import LightGBMThroughput
 from predictor.registry import Registry
 from predictor.reload import ModelFollower
@@ -147,6 +147,19 @@ def test_a_cached_library_is_used_and_the_folder_is_private(cache: Path) -> None
     again = trees_for(booster, cache, compiler="/nonexistent/cc")  # no compile needed
     assert isinstance(again, CompiledTrees) and again.path == first.path
     np.testing.assert_array_equal(again.predict(rows), first.predict(rows))
+
+
+def test_the_cache_keeps_the_most_recently_used_libraries(cache: Path) -> None:
+    boosters = [train({}, seed=seed)[0] for seed in range(3)]
+    paths = []
+    for booster in boosters:
+        compiled = trees_for(booster, cache)
+        assert isinstance(compiled, CompiledTrees)
+        paths.append(compiled.path)
+        time.sleep(0.01)
+    os.utime(paths[0], (time.time() - 60, time.time() - 60))
+    prune(cache, keep=2)
+    assert sorted(cache.glob("trees-*")) == sorted([*paths[1:], *(p.with_suffix(".c") for p in paths[1:])])
 
 
 def test_a_folder_others_can_write_is_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
