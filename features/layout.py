@@ -247,9 +247,10 @@ def _lua_window() -> str:
     entry = _lua_concat(WINDOW_ENTRY, [f"e.{p}" for p in parts])
     if parts[0] != "time" or parts[-1] != "value" or len(WINDOW_SEP) != 1:
         raise ValueError("parse_window expects (time, ..., value) entries and a one-character separator")
-    arrays = ", ".join(f"{p} = {{}}" for p in parts)
+    arrays = ", ".join(["texts", *(f"{p}s" for p in parts), "ts", "vs"])
     tiled = _lua_str("()(" + pattern + ")()")  # each entry with its text, start and end
-    appends = "\n".join(f"    w.{p}[n] = {p}" for p in parts)
+    appends = "\n".join(f"    {p}s[n] = {p}" for p in parts)
+    window = ", ".join(["text = texts", *(f"{p} = {p}s" for p in parts), "t = ts", "v = vs"])
     return (f"local function unpack_window(packed)\n"
             f"  local entries = {{}}\n"
             f"  if not packed then return entries end\n"
@@ -266,20 +267,21 @@ def _lua_window() -> str:
             f"-- A parsed window, and whether the text read back as written: entries that tile the text\n"
             f"-- exactly, one separator between two, a number for every time (and value, if numeric).\n"
             f"local function parse_window(packed, numeric)\n"
-            f"  local w = {{text = {{}}, {arrays}, t = {{}}, v = {{}}}}\n"
+            f"  local {arrays} = {', '.join(['{}'] * (len(parts) + 3))}\n"
+            f"  local w = {{{window}}}\n"
             f"  if not packed then return w, true end\n"
             f"  local ok, n, after = true, 0, 1\n"
-            f"  local sep = {ord(WINDOW_SEP)}\n"
+            f"  local sep, byte, number = {ord(WINDOW_SEP)}, string.byte, tonumber\n"
             f"  for at, text, {', '.join(parts)}, stop in string.gmatch(packed, {tiled}) do\n"
-            f"    local next_byte = string.byte(packed, stop)\n"
+            f"    local next_byte = byte(packed, stop)\n"
             f"    if at ~= after or (next_byte ~= nil and next_byte ~= sep) then ok = false end\n"
             f"    after = stop + 1\n"
             f"    n = n + 1\n"
-            f"    w.text[n] = text\n"
+            f"    texts[n] = text\n"
             f"{appends}\n"
-            f"    w.t[n] = tonumber(time)\n"
-            f"    w.v[n] = tonumber(value) or false\n"
-            f"    if w.t[n] == nil or (numeric and not w.v[n]) then ok = false end\n"
+            f"    local t, v = number(time), number(value) or false\n"
+            f"    ts[n], vs[n] = t, v\n"
+            f"    if t == nil or (numeric and not v) then ok = false end\n"
             f"  end\n"
             f"  if after ~= #packed + (n > 0 and 2 or 1) then ok = false end\n"
             f"  return w, ok\n"
