@@ -2,9 +2,10 @@
 
 Writes: :meth:`FeatureStore.apply_finishes` (and ``apply_starts``) in batches of 500, first with
 new events, then the same events again (a replay: every one is a duplicate). Reads:
-:meth:`FeatureStore.read` of 256 submissions per call; next to it, in the same run, the same
-pipelined ``HGETALL`` commands without parsing, which splits a read into Redis round trip and
-Python parsing.
+:meth:`FeatureStore.read` of 256 submissions per call; next to it, in the same run and batch by
+batch, two anchors: the first round trip of a read (the same ``HGETALL`` commands, one write,
+replies not parsed into snapshots), and DESIGN §9's ceiling, one ``MGET`` of 256 packed values
+(eight features of each job in one string, split on arrival).
 
 Every run writes under its own scratch key prefix, deleted at the end of the run.
 """
@@ -19,6 +20,7 @@ from bench.common import Figures, freeze_heap, percentiles_ms, report, say, scra
 from bench.workload import WRITE_BATCH, Workload, batches, make_workload
 from core.hardware import load_catalogue
 from core.settings import Settings, redact
+from features.redis_batch import Batch
 from features.store import FeatureStore, open_store
 from streams.events import Submission
 
@@ -35,15 +37,37 @@ def _timed_writes(apply: Any, events: Sequence[Any]) -> tuple[float, int]:
 
 
 def _raw_read(store: FeatureStore, subs: Sequence[Submission]) -> list[Any]:
-    """What :meth:`FeatureStore.read` sends, without turning the replies into snapshots."""
-    pipe = store.client.pipeline(transaction=False)
+    """The first round trip of :meth:`FeatureStore.read` (job hashes, the batch's distinct lookup
+    hashes), without turning the replies into snapshots."""
+    batch = Batch(store.client)
     lay = store.layout
     for sub in subs:
-        pipe.hgetall(lay.job(sub.job_key))
-        pipe.hgetall(lay.lookup_model(sub.model_type))
-        if sub.family is not None:
-            pipe.hgetall(lay.lookup_family(sub.family))
-    return list(pipe.execute())
+        batch.hgetall(lay.job(sub.job_key))
+    for model in dict.fromkeys(s.model_type for s in subs):
+        batch.hgetall(lay.lookup_model(model))
+    for family in dict.fromkeys(s.family for s in subs if s.family is not None):
+        batch.hgetall(lay.lookup_family(family))
+    return batch.execute()
+
+
+def _packed_key(prefix: str, job_key: str) -> str:
+    return f"{prefix}:packed:{{anchor}}:{job_key}"  # one hash tag: a cluster serves the MGET from one slot
+
+
+def _write_packed(store: FeatureStore, subs: Sequence[Submission]) -> None:
+    """The anchor's values: eight numbers per job in one string (what a packed layout would store)."""
+    batch = Batch(store.client)
+    values = ",".join(["12", "1790000000.5", "101.25", "99.5", "3", "1", "0", "0"])
+    for sub in dict.fromkeys(s.job_key for s in subs):
+        batch.set(_packed_key(store.layout.prefix, sub), values)
+    batch.execute()
+
+
+def _packed_read(store: FeatureStore, subs: Sequence[Submission]) -> list[list[bytes]]:
+    """DESIGN §9's ceiling: one MGET of the batch's packed values, each split into its features."""
+    batch = Batch(store.client)
+    batch.mget([_packed_key(store.layout.prefix, s.job_key) for s in subs])
+    return [v.split(b",") for v in batch.execute()[0]]
 
 
 def run_once(settings: Settings, w: Workload, read_rounds: int, prefix: str) -> Figures:
@@ -60,17 +84,22 @@ def run_once(settings: Settings, w: Workload, read_rounds: int, prefix: str) -> 
         full = [b for b in read_batches if len(b) == READ_BATCH] or read_batches
         parsed: list[float] = []
         raw: list[float] = []
+        packed: list[float] = []
         known = sum(1 for s in store.read(w.submissions) if s.prior) / max(1, len(w.submissions))
+        _write_packed(store, w.submissions)
         for _ in range(read_rounds):
-            # Alternate the two read paths batch by batch, so both see the same machine load.
+            # Alternate the read paths batch by batch, so all see the same machine load.
             for b in full:
                 t0 = time.perf_counter()
                 store.read(b)
                 t1 = time.perf_counter()
                 _raw_read(store, b)
                 t2 = time.perf_counter()
+                _packed_read(store, b)
+                t3 = time.perf_counter()
                 parsed.append(t1 - t0)
                 raw.append(t2 - t1)
+                packed.append(t3 - t2)
         entities = sum(len(b) for b in full) * read_rounds
         figures: Figures = {
             "write_finishes_events_per_s": len(w.finishes) / fin_s,
@@ -78,6 +107,8 @@ def run_once(settings: Settings, w: Workload, read_rounds: int, prefix: str) -> 
             "write_starts_events_per_s": len(w.starts) / starts_s,
             "read_entities_per_s": entities / sum(parsed),
             "read_raw_pipeline_entities_per_s": entities / sum(raw),
+            "read_packed_mget_entities_per_s": entities / sum(packed),
+            "read_over_packed_mget": sum(packed) / sum(parsed),
             "read_parse_share": (sum(parsed) - sum(raw)) / sum(parsed),
             "read_known_job_share": known,
             **percentiles_ms(parsed, "read_batch"),
