@@ -236,7 +236,8 @@ def _lua_window() -> str:
     and the parsed form the scripts work on: ``parse_window(packed, numeric)`` and ``pack_parsed(w)``.
 
     A parsed window is a table of parallel arrays (``text``: each entry's stored text, one array
-    per part, ``t``/``v``: time and value as numbers, ``false`` for a value that is not one):
+    per part, ``t``/``v``: time and value as numbers, ``false`` for a value that is not one), and
+    ``unsorted`` when its entries are not in :data:`WINDOW_ENTRY` order:
     no table per entry, and the stored text is the entries' texts joined, so an entry is
     spelled once when it is added, never again.
     """
@@ -281,7 +282,11 @@ def _lua_window() -> str:
             f"{appends}\n"
             f"    local t, v = number(time), number(value) or false\n"
             f"    ts[n], vs[n] = t, v\n"
-            f"    if t == nil or (numeric and not v) then ok = false end\n"
+            f"    if t == nil or (numeric and not v) then\n"
+            f"      ok = false\n"
+            f"    elseif n > 1 and ts[n - 1] and (t < ts[n - 1] or (t == ts[n - 1] and id < ids[n - 1])) then\n"
+            f"      w.unsorted = true  -- not in window order: (time, id), oldest first\n"
+            f"    end\n"
             f"  end\n"
             f"  if after ~= #packed + (n > 0 and 2 or 1) then ok = false end\n"
             f"  return w, ok\n"

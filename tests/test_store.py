@@ -14,6 +14,7 @@ from redis.cluster import RedisCluster
 
 from core.hardware import load_catalogue
 from features.keys import JOB_WINDOW, KeyLayout
+from features.layout import COMPUTED_NUMBER, LOOKUP_FIELD, num, pack_window, text
 from features.offline import OfflineFeatureState
 from features.snapshot import FeatureSnapshot
 from features.store import FeatureStore
@@ -193,3 +194,15 @@ def test_batched_scripts_store_the_bytes_the_per_event_scripts_stored(store: Fea
     assert state.keys() == pinned.keys()
     for key, stored in pinned.items():
         assert state[key] == stored, key
+
+
+def test_a_window_left_out_of_order_is_put_in_order_by_the_next_observation(store: FeatureStore) -> None:
+    """A window some other writer stored out of (time, id) order is sorted when an event enters it."""
+    agg = store.layout.lookup_model("llama-7b")
+    entries = [(num(T0 + 5), "b", "2.0"), (num(T0), "a", "1.0"), (num(T0 + 5), "a2", "3.0")]
+    store.client.hset(store.layout.window_of(agg), "L4", pack_window(entries))
+    store.apply_finishes([finish("j", "new", T0 + 1, "L4", 80.0)])  # 10 per accelerator
+    stored = text(store.client.hget(store.layout.window_of(agg), "L4") or b"")
+    want = sorted([*entries, (num(T0 + 1), "new", num(10.0))], key=lambda e: (float(e[0]), e[1]))
+    assert stored == pack_window(want)
+    assert text(store.client.hget(agg, "L4") or b"") == LOOKUP_FIELD.pack(1, COMPUTED_NUMBER % 2.5)

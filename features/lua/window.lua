@@ -21,11 +21,8 @@ end
 -- A window from check_window, in window order: one that some other writer left out of order
 -- is sorted once, as inserting into it used to sort it.
 local function window_entries(w)
-  local sorted = true
-  for i = 2, #w.id do
-    if older(w.t[i], w.id[i], w.t[i - 1], w.id[i - 1]) then sorted = false end
-  end
-  if sorted then return w end
+  if not w.unsorted then return w end
+  w.unsorted = nil
   local order = {}
   for i = 1, #w.id do order[i] = i end
   table.sort(order, function(a, b) return older(w.t[a], w.id[a], w.t[b], w.id[b]) end)
