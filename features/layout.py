@@ -328,7 +328,8 @@ REJECTED = "LEAP_REJECTED"
 
 def _lua_checker(packed: Packed) -> str:
     """``check_<name>(key, field)``: refuse unless the stored value is absent or reads back as
-    written (every part a number, packing the parts gives the same text)."""
+    written (every part a number, packing the parts gives the same text); returns the value
+    (nil when absent), so that a script reads it once."""
     params = _lua_names(packed)
     numbers = " or ".join(f"tonumber(p.{x}) == nil" for x in params)
     repacked = f"pack_{packed.name}({', '.join('p.' + x for x in params)})"
@@ -337,6 +338,7 @@ def _lua_checker(packed: Packed) -> str:
             f"  if not v then return end\n"
             f"  local p = unpack_{packed.name}(v)\n"
             f"  if {numbers} or {repacked} ~= v then reject(key, field, 'holds an unreadable value:', v) end\n"
+            f"  return v\n"
             f"end\n")
 
 

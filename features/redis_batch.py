@@ -152,8 +152,9 @@ class Batch:
 
         One server takes a whole batch in one call (up to :data:`MAX_EVENTS_PER_CALL` events each);
         a Redis Cluster refuses a script whose keys span hash slots, so there it is one call per
-        slot (per job for the job scripts, per aggregate for the aggregates). Events keep their
-        order within a call, so events of one key are applied in the order given. The script
+        slot (per job for the job scripts, per aggregate for the aggregates). Events of one key
+        tuple are queued side by side, in the order given, so they apply in that order (a run cut
+        between two calls is still in order: a node's calls run in the order of its pipeline). The script
         takes ``ARGV = header + per event: the index in KEYS of its first key, its arguments``,
         with each distinct key tuple in KEYS once, and returns ``reply_width`` values per event
         (the ``apply_all`` form of ``features/lua/window.lua``).
@@ -168,7 +169,10 @@ class Batch:
         for i, (first_keys, _) in enumerate(items):
             groups.setdefault(slot(first_keys[0]) if slot else 0, []).append(i)
         calls: list[tuple[int, list[int]]] = []
-        for members in groups.values():
+        for group in groups.values():
+            # Events of one key side by side (in their order), so that a key's events share a call
+            # and a script reads each key once per batch; events of different keys are independent.
+            members = sorted(group, key=lambda i: items[i][0])
             for start in range(0, len(members), MAX_EVENTS_PER_CALL):
                 chunk = members[start : start + MAX_EVENTS_PER_CALL]
                 keys: list[str] = []

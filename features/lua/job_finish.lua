@@ -21,10 +21,10 @@ local function finish(k, id, time, hw, value, counter)
   check_name(hw)
   check_counter_name(counter)
   check_counter(job, counter)
-  local observed, window = {}, nil
+  local observed, window, field = {}, nil, nil
   if value ~= '' then
     local v = check_positive('throughput', value)
-    check_job_field(job, hw)
+    field = check_job_field(job, hw)
     window = check_window(win, hw, true)
     if pairable(hw) then
       local fields = redis.call('HGETALL', job)
@@ -45,7 +45,7 @@ local function finish(k, id, time, hw, value, counter)
   redis.call('HINCRBY', job, counter, 1)
   if value ~= '' then
     local entries = window_insert(window, time, id, value, size)
-    local n = count_of(redis.call('HGET', job, hw)) + 1
+    local n = count_of(field) + 1  -- read by the check above; nothing wrote it since
     local newest = #entries.id
     redis.call('HSET', job, hw, pack_job_field(n, entries.time[newest], entries.value[newest], median(entries)))
     redis.call('HSET', win, hw, pack_parsed(entries))

@@ -21,9 +21,9 @@ local function window_of(k, hw)
   end
   local w = by_hw[hw]
   if not w then
-    check_lookup_field(KEYS[k], hw)
+    local field = check_lookup_field(KEYS[k], hw)
     local entries = window_entries(check_window(KEYS[k + 1], hw, true))
-    w = {k = k, hw = hw, entries = entries, n = count_of(redis.call('HGET', KEYS[k], hw)), changed = false}
+    w = {k = k, hw = hw, entries = entries, n = count_of(field), changed = false}
     by_hw[hw] = w
     order[#order + 1] = w
   end
