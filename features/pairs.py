@@ -187,14 +187,19 @@ def wanted_pairs(prior: Mapping[str, PriorStat], candidates: Sequence[str]) -> W
     out: Wanted = {}
     if not prior:
         return out
-    # informative_priors(prior, cand, MAX_PRIORS) for every candidate, from one ranking: a
-    # candidate among the top MAX_PRIORS + 1 leaves the others
-    ranked = tuple(informative_priors(prior, "", MAX_PRIORS + 1))
+    ranked = ranked_priors(prior)
     for cand in candidates:
         pairs = _candidate_pairs(cand, ranked)
         if pairs:
             out[cand] = pairs
     return out
+
+
+def ranked_priors(prior: Mapping[str, PriorStat]) -> tuple[str, ...]:
+    """The job's priors that any candidate's pairs use: :func:`informative_priors` of a candidate
+    is this ranking without the candidate, so a candidate among the top MAX_PRIORS + 1 leaves
+    the others."""
+    return tuple(informative_priors(prior, "", MAX_PRIORS + 1))
 
 
 @lru_cache(maxsize=65536)

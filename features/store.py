@@ -49,9 +49,11 @@ from features.layout import (
 )
 from features.pairs import (
     Observation,
+    Wanted,
     finish_coordinates,
     pair_levels,
     parse_window,
+    ranked_priors,
     stored_values,
     submission_coordinates,
     summarise_pairs,
@@ -109,7 +111,8 @@ class FeatureStore:
         self.client = client
         self.layout = layout or KeyLayout()
         self._hw = cache(canonicalize) if canonicalize else _same
-        self._pair_keys: dict[tuple[str, str | None], str] = {}
+        self._pair_keys: dict[tuple[str, str | None], tuple[tuple[str, str], ...]] = {}
+        self._wanted_memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Wanted] = {}
         self._finish, self._start, self._lookup, self._pair = (
             LuaScript(name, _lua(name)) for name in ("job_finish", "job_start", "lookup", "pair"))
 
@@ -223,32 +226,49 @@ class FeatureStore:
     def _pairs(self, submissions: Sequence[Submission], priors: Sequence[dict[str, PriorStat]]
                ) -> list[dict[str, dict[str, dict[str, PairStat]]]]:
         """Per submission, the paired ratios of each candidate over its row's prior hardware."""
-        wanted = [wanted_pairs(prior, [self._hw(c) for c in sub.candidates]) if prior else {}
+        wanted = [self._wanted(prior, sub.candidates) if prior else {}
                   for sub, prior in zip(submissions, priors, strict=True)]
-        asked: dict[str, dict[str, None]] = {}  # pair hash -> the fields any job of the batch wants
-        levels: list[list[tuple[str, str]]] = []
+        asked: dict[str, set[str]] = {}  # pair hash -> the fields any job of the batch wants
+        levels: list[tuple[tuple[str, str], ...]] = []
         for sub, want in zip(submissions, wanted, strict=True):
-            fields = dict.fromkeys(field for pairs in want.values() for _, field, _ in pairs)
-            keys = [(level, self._pair_key(level, name)) for level, name in pair_levels(sub.model_type, sub.family)
-                    ] if fields else []
-            for _, key in keys:
-                asked.setdefault(key, {}).update(fields)
+            keys = self._pair_keys_of(sub.model_type, sub.family) if want else ()
+            if keys:
+                fields = [field for pairs in want.values() for _, field, _ in pairs]
+                for _, key in keys:
+                    if key in asked:
+                        asked[key].update(fields)
+                    else:
+                        asked[key] = set(fields)
             levels.append(keys)
         batch = Batch(self.client)
-        for key, fields in asked.items():
-            batch.hmget(key, list(fields))
+        asked_fields = {key: list(fields) for key, fields in asked.items()}
+        for key, fields in asked_fields.items():
+            batch.hmget(key, fields)
         replies = batch.execute() if len(batch) else []
-        windows = {key: _parse_windows(list(fields), reply, key)
-                   for (key, fields), reply in zip(asked.items(), replies, strict=True)}
+        windows = {key: _parse_windows(fields, reply, key)
+                   for (key, fields), reply in zip(asked_fields.items(), replies, strict=True)}
         memo: dict[Any, Any] = {}  # a window seen from one configuration is summarised once per batch
         return [summarise_pairs(want, {level: windows[key] for level, key in keys}, submission_coordinates(sub), memo)
                 if keys else {} for sub, want, keys in zip(submissions, wanted, levels, strict=True)]
 
-    def _pair_key(self, level: str, name: str | None) -> str:
-        key = self._pair_keys.get((level, name))
-        if key is None:
-            key = self._pair_keys[(level, name)] = self.layout.pairs(level, name)
-        return key
+    def _wanted(self, prior: dict[str, PriorStat], candidates: Sequence[str]) -> Wanted:
+        """:func:`wanted_pairs` of the canonical candidates, memoised by what it depends on: the
+        job's ranked priors and the candidate list (the result is shared: nothing changes it)."""
+        key = (ranked_priors(prior), tuple(candidates))
+        want = self._wanted_memo.get(key)
+        if want is None:
+            if len(self._wanted_memo) >= 1 << 16:
+                self._wanted_memo.clear()
+            want = self._wanted_memo[key] = wanted_pairs(prior, [self._hw(c) for c in candidates])
+        return want
+
+    def _pair_keys_of(self, model_type: str, family: str | None) -> tuple[tuple[str, str], ...]:
+        """``(level, pair hash)`` of every level a submission of this model type and family reads."""
+        keys = self._pair_keys.get((model_type, family))
+        if keys is None:
+            keys = self._pair_keys[(model_type, family)] = tuple(
+                (level, self.layout.pairs(level, name)) for level, name in pair_levels(model_type, family))
+        return keys
 
     def delete_all(self) -> int:
         """Delete every key under this layout's prefix (replays into a scratch prefix use it)."""
