@@ -93,7 +93,8 @@ def e2e_cmd(
     startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds for the worker's first ranking.")] = 90.0,
     engine: Annotated[str, typer.Option(help="Predictor engine: faust | confluent | both (one after the other).")]
     = "faust",
-    model: Annotated[Path | None, typer.Option(help="Pin the worker to this saved model folder.")] = None,
+    model: Annotated[Path | None, typer.Option(help="Pin the worker to this saved model folder (or lookup).")] = None,
+    private: Annotated[bool, typer.Option(help="Use a broker and redis-server of the benchmark's own.")] = False,
     repeat: Repeat = 3,
     seed: Seed = 0,
 ) -> None:
@@ -105,7 +106,7 @@ def e2e_cmd(
     if engine not in ("faust", "confluent", "both") or (role == "all" and engine != "faust"):
         raise typer.BadParameter("engine must be faust, confluent or both (role all: faust)", param_hint="--engine")
     emit(bench_e2e(Settings.from_env(), Load(rate, duration, window, drain, repeat), role, warm, startup_timeout,
-                   seed, engine, model))  # type: ignore[arg-type]
+                   seed, engine, model, private))  # type: ignore[arg-type]
 
 
 @app.command("scale")
@@ -137,6 +138,22 @@ def soak_cmd(
     from bench.soak import bench_soak
 
     emit(bench_soak(Settings.from_env(), minutes, rate, bad_share, sample_s, warmup_s, warm, seed))
+
+
+@app.command("train")
+def train_cmd(
+    days: Annotated[int, typer.Option(min=3, help="Days of simulated history.")] = 60,
+    attempts_per_day: Annotated[int, typer.Option(min=10, help="Simulated attempts per day.")] = 20000,
+    window_days: Annotated[int, typer.Option(min=1, help="leap train --window-days.")] = 30,
+    history: Annotated[Path | None, typer.Option(help="History folder to reuse (simulated into it if absent).")]
+    = None,
+    repeat: Repeat = 3,
+    seed: Seed = 0,
+) -> None:
+    """Wall time and peak RSS of `leap train` (a child process per run) on a simulated history."""
+    from bench.train import bench_train
+
+    emit(bench_train(days, attempts_per_day, window_days, repeat, seed, history))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -46,7 +47,8 @@ import numpy as np
 from confluent_kafka.admin import AdminClient
 
 from bench.common import Figures, freeze_heap, percentiles_ms, report, say, scratch_prefix, unfreeze_heap
-from bench.workload import make_workload, seed_store
+from bench.private_services import private_services
+from bench.workload import Workload, make_workload, seed_store
 from core.hardware import load_catalogue
 from core.settings import Settings
 from features.store import FeatureStore, open_store
@@ -309,6 +311,7 @@ def bench_e2e(
     seed: int = 0,
     engine: Literal["faust", "confluent", "both"] = "faust",
     model_dir: Path | None = None,
+    private: bool = False,
 ) -> dict[str, Any]:
     """Run the end-to-end benchmark and return its JSON report.
 
@@ -329,8 +332,23 @@ def bench_e2e(
         The predictor's Kafka engine, or ``both`` one after the other.
     model_dir
         A saved model folder the worker is pinned to (and the bare loop uses); None: the announced model.
+    private
+        Run against a broker and redis-server of the benchmark's own (:mod:`bench.private_services`).
     """
     began = time.perf_counter()
+    with private_services(settings, say) if private else nullcontext(settings) as used:
+        per_engine, extra, prefix, w = _measure(used, load, role, warm, startup_timeout, seed, engine, model_dir)
+    params = {"rate": load.rate, "duration_s": load.duration, "window": load.window if load.rate <= 0 else None,
+              "drain_s": load.drain, "role": role, "engine": engine, "model_dir": str(model_dir) if model_dir else None,
+              "warm_attempts": warm, "seed": seed, "key_prefix": prefix, "private_services": private,
+              "mean_candidates": round(float(np.mean([len(s.candidates) for s in w.submissions])), 2),
+              "kafka": "private" if private else settings.kafka_bootstrap}
+    return report("e2e", params, side_by_side(per_engine), extra=extra, started=began)
+
+
+def _measure(settings: Settings, load: Load, role: str, warm: int, startup_timeout: float, seed: int,
+             engine: str, model_dir: Path | None) -> tuple[dict[str, list[Figures]], dict[str, Any], str, Workload]:
+    """Seed a scratch prefix, run each engine's worker and runs; the runs, facts, prefix and workload."""
     prefix = scratch_prefix()
     say(f"simulating {warm} attempts of history into Redis prefix {prefix}")
     w = make_workload(warm, 2000, seed)
@@ -347,12 +365,7 @@ def bench_e2e(
     finally:
         store.delete_all()
         store.client.close()
-    params = {"rate": load.rate, "duration_s": load.duration, "window": load.window if load.rate <= 0 else None,
-              "drain_s": load.drain, "role": role, "engine": engine, "model_dir": str(model_dir) if model_dir else None,
-              "warm_attempts": warm, "seed": seed, "key_prefix": prefix,
-              "mean_candidates": round(float(np.mean([len(s.candidates) for s in w.submissions])), 2),
-              "kafka": settings.kafka_bootstrap}
     if len(engines) > 1:  # the headline facts are the first engine's, as its figures
         extra.update({k: extra[f"{engines[0]}_{k}"] for k in ("worker_ready_s", "consumer_group_members",
                                                                "model_versions")})
-    return report("e2e", params, side_by_side(per_engine), extra=extra, started=began)
+    return per_engine, extra, prefix, w
