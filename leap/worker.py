@@ -90,6 +90,8 @@ def build(settings: Settings, role: str, archive: ArchiveConfig | None = None,
 
 def run_confluent_predictor(settings: Settings, model_dir: Path | None) -> None:
     """The predictor role on the confluent-kafka engine (:mod:`predictor.loop`)."""
+    # The Faust worker's log format and level (faust.Worker configures them for the other roles).
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s")
     catalogue = load_catalogue()
     service, follower = predictor_service(settings, open_store(settings, catalogue), catalogue, model_dir)
     if follower is not None:
