@@ -72,9 +72,11 @@ class Routes:
 
 def producer_config(settings: Settings) -> dict[str, Any]:
     """Rankings and dead letters: sent at once (``linger.ms`` 0: at high rates librdkafka still
-    batches what queues while a request is in flight), idempotent, never given up on."""
+    batches what queues while a request is in flight), idempotent, never given up on, and keyed
+    onto the partition the Faust engine (aiokafka, Java's murmur2) would pick, so a job's rankings
+    stay on one partition whichever engine ranked them (librdkafka's default hashes with CRC32)."""
     return settings.confluent_config(**{
-        "linger.ms": 0, "enable.idempotence": True, "message.timeout.ms": 0,
+        "linger.ms": 0, "enable.idempotence": True, "message.timeout.ms": 0, "partitioner": "murmur2_random",
     })
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from aiokafka.partitioner import DefaultPartitioner
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -127,6 +128,7 @@ class Topics:
                             for p in range(PARTITIONS)])
         self.rankings: list[Ranking] = []
         self.letters: list[DeadLetter] = []
+        self.partitions: dict[str, int] = {}  # attempt id -> partition its ranking was written to
 
     def publish(self, key: bytes | None, value: bytes | None) -> None:
         self.producer.produce(self.routes.submissions, value, key)
@@ -139,6 +141,7 @@ class Topics:
                 if msg.error() is None and msg.value() is not None:
                     if msg.topic() == self.routes.rankings:
                         self.rankings.append(Ranking.decode(msg.value()))
+                        self.partitions[self.rankings[-1].attempt_id] = msg.partition() or 0
                     else:
                         self.letters.append(DeadLetter.decode(msg.value()))
 
@@ -199,6 +202,10 @@ def test_ranks_every_valid_submission_dead_letters_the_rest_and_commits_them(
     ours = [r for r in io.rankings if r.attempt_id in {s.attempt_id for s in subs}]
     assert sorted(r.submission_event_id for r in ours) == sorted(s.event_id for s in subs)  # one each
     assert {r.model_version for r in ours} == {"lookup-loop-test"}
+    # keyed as the Faust engine keys them (aiokafka's partitioner, Java's murmur2)
+    murmur2 = DefaultPartitioner()
+    assert {r.attempt_id: io.partitions[r.attempt_id] for r in ours} == {
+        r.attempt_id: murmur2(r.job_key.encode(), list(range(PARTITIONS)), list(range(PARTITIONS))) for r in ours}
     assert {(d.source_topic, d.reason) for d in io.letters} == {(routes.submissions, "bad_json")}
     assert sorted(base64.b64decode(d.raw_base64 or "") for d in io.letters) == sorted(
         f"{{not json {run_id} {i}".encode() for i in (0, 10, 20))
