@@ -232,26 +232,12 @@ def _lua_count_of() -> str:
 
 
 def _lua_window() -> str:
-    """``unpack_window(packed)`` and ``pack_window(entries)`` (entries are tables keyed by part name),
-    and the parsed form the scripts work on: ``parse_window(packed, numeric)`` and ``pack_parsed(w)``.
-
-    A parsed window is a table of parallel arrays (``text``: each entry's stored text, one array
-    per part, ``t``/``v``: time and value as numbers, ``false`` for a value that is not one), and
-    ``unsorted`` when its entries are not in :data:`WINDOW_ENTRY` order:
-    no table per entry, and the stored text is the entries' texts joined, so an entry is
-    spelled once when it is added, never again.
-    """
+    """``unpack_window(packed)`` and ``pack_window(entries)``; entries are tables keyed by part name."""
     parts = _lua_names(WINDOW_ENTRY)
     token = f"([^{_lua_pattern(WINDOW_ENTRY.sep + WINDOW_SEP)}]+)"
     pattern = _lua_pattern(WINDOW_ENTRY.sep).join([token] * len(parts))
     fields = ", ".join(f"{p} = {p}" for p in parts)
     entry = _lua_concat(WINDOW_ENTRY, [f"e.{p}" for p in parts])
-    if parts[0] != "time" or parts[-1] != "value" or len(WINDOW_SEP) != 1:
-        raise ValueError("parse_window expects (time, ..., value) entries and a one-character separator")
-    arrays = ", ".join(["texts", *(f"{p}s" for p in parts), "ts", "vs"])
-    tiled = _lua_str("()(" + pattern + ")()")  # each entry with its text, start and end
-    appends = "\n".join(f"    {p}s[n] = {p}" for p in parts)
-    window = ", ".join(["text = texts", *(f"{p} = {p}s" for p in parts), "t = ts", "v = vs"])
     return (f"local function unpack_window(packed)\n"
             f"  local entries = {{}}\n"
             f"  if not packed then return entries end\n"
@@ -264,8 +250,28 @@ def _lua_window() -> str:
             f"  local packed = {{}}\n"
             f"  for i, e in ipairs(entries) do packed[i] = {entry} end\n"
             f"  return table.concat(packed, {_lua_str(WINDOW_SEP)})\n"
-            f"end\n"
-            f"-- A parsed window, and whether the text read back as written: entries that tile the text\n"
+            f"end\n")
+
+
+def _lua_parsed_window() -> str:
+    """The parsed form the scripts work on: ``parse_window(packed, numeric)`` and ``pack_parsed(w)``.
+
+    A parsed window is a table of parallel arrays (``text``: each entry's stored text, one array
+    per part, ``t``/``v``: time and value as numbers, ``false`` for a value that is not one), and
+    ``unsorted`` when its entries are not in :data:`WINDOW_ENTRY` order: no table per entry, and
+    the stored text is the entries' texts joined, so an entry is spelled once when it is added,
+    never again.
+    """
+    parts = _lua_names(WINDOW_ENTRY)
+    token = f"([^{_lua_pattern(WINDOW_ENTRY.sep + WINDOW_SEP)}]+)"
+    pattern = _lua_pattern(WINDOW_ENTRY.sep).join([token] * len(parts))
+    if parts[0] != "time" or parts[1] != "id" or parts[-1] != "value" or len(WINDOW_SEP) != 1:
+        raise ValueError("parse_window expects (time, id, value) entries and a one-character separator")
+    arrays = ", ".join(["texts", *(f"{p}s" for p in parts), "ts", "vs"])
+    tiled = _lua_str("()(" + pattern + ")()")  # each entry with its text, start and end
+    appends = "\n".join(f"    {p}s[n] = {p}" for p in parts)
+    window = ", ".join(["text = texts", *(f"{p} = {p}s" for p in parts), "t = ts", "v = vs"])
+    return (f"-- A parsed window, and whether the text read back as written: entries that tile the text\n"
             f"-- exactly, one separator between two, a number for every time (and value, if numeric).\n"
             f"local function parse_window(packed, numeric)\n"
             f"  local {arrays} = {', '.join(['{}'] * (len(parts) + 3))}\n"
@@ -392,8 +398,9 @@ def lua_prelude() -> str:
     """Lua helpers generated from the declarations above; every script is run with them prepended.
 
     Defines ``pack_job_field(n, last_time, last, robust)``, ``pack_lookup_field(n, median)``,
-    ``count_of(field)``, ``format_number(x)`` (:data:`COMPUTED_NUMBER`), ``unpack_window(packed)``,
-    ``pack_window(entries)``, ``unpack_job_field(text)``, ``pack_pair_observation(hardware,
+    ``pack_window_entry(time, id, value)``, ``count_of(field)``, ``format_number(x)``
+    (:data:`COMPUTED_NUMBER`), ``unpack_window(packed)``, ``pack_window(entries)``,
+    ``parse_window(packed, numeric)``, ``pack_parsed(w)``, ``unpack_job_field(text)``, ``pack_pair_observation(hardware,
     log_ratio)``, ``pack_observations(list)``, ``is_counter(field)``, ``pairable(name)``, and the checks
     of :func:`_lua_checks` (``reject``, ``check_number``, ``check_name``, ``check_counter``,
     ``check_positive``, ``check_counter_name``, ``check_job_field``, ``check_lookup_field``,
@@ -408,6 +415,7 @@ def lua_prelude() -> str:
         _lua_count_of(),
         f"local function format_number(x)\n  return string.format({_lua_str(COMPUTED_NUMBER)}, x)\nend\n",
         _lua_window(),
+        _lua_parsed_window(),
         _lua_unpacker(JOB_FIELD),
         _lua_unpacker(LOOKUP_FIELD),
         _lua_packer(PAIR_OBSERVATION),
