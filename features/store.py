@@ -351,14 +351,31 @@ def _pair_window(value: bytes) -> list[Observation]:
     return parse_window(text(value))
 
 
+#: Parsed lookup hashes by their stored fields and values: a batch reads ~160 of them, and between
+#: two updates of an aggregate its parse does not change. Shared like a batch's snapshots already
+#: share one aggregate's dict: nothing writes to it. Only hashes that parsed whole are kept, so an
+#: unreadable field is counted (and logged) on every read, as before.
+_LOOKUPS: dict[tuple[tuple[bytes, bytes], ...], dict[str, LookupStat]] = {}
+_MAX_LOOKUPS = 1 << 14
+
+
 def _parse_lookup(raw: Mapping[bytes, bytes], name: str) -> dict[str, LookupStat]:
     """A lookup aggregate's fields, parsed; an unreadable field is left out (and counted)."""
-    out = {}
+    key = tuple(raw.items())
+    out = _LOOKUPS.get(key)
+    if out is not None:
+        return out
+    out, whole = {}, True
     for field, value in raw.items():
         try:
             out[field_name(field)] = _lookup_stat(value)
         except ValueError as exc:
             _unreadable("lookup", name, exc)
+            whole = False
+    if whole:
+        if len(_LOOKUPS) >= _MAX_LOOKUPS:
+            _LOOKUPS.clear()
+        _LOOKUPS[key] = out
     return out
 
 
