@@ -71,6 +71,8 @@ class TreePredictor(Protocol):
 
 def _num(value: Any) -> str:
     """A finite number of the dump as an exact C double literal (hexadecimal)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Unsupported(f"expected a number, got {type(value).__name__}")
     v = float(value)
     if not np.isfinite(v):
         raise Unsupported(f"non-finite number {v!r} in the model")
@@ -86,7 +88,7 @@ def _int(value: Any) -> int:
 def _categories(threshold: Any) -> list[int]:
     """The categories of a categorical split (``"1||3||5"`` in the dump) as non-negative ints."""
     parts = str(threshold).split("||")
-    if not all(p.isdigit() for p in parts):
+    if not all(p.isascii() and p.isdigit() for p in parts):
         raise Unsupported("categorical threshold is not a list of non-negative integers")
     return [int(p) for p in parts]
 
@@ -356,7 +358,7 @@ def trees_for(booster: lgb.Booster, cache_dir: Path, compiler: str | None = None
             build_library(source, library, cc)
             prune(library.parent)
         return CompiledTrees(library, booster.num_feature())
-    except (Unsupported, OSError, subprocess.SubprocessError) as exc:
+    except (Unsupported, KeyError, OSError, subprocess.SubprocessError) as exc:
         log.warning("trees not compiled, LightGBM's own predict is used: %s", exc)
         return booster
 

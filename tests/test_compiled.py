@@ -27,7 +27,7 @@ import pytest
 from core.hardware import load_catalogue
 from core.settings import Settings
 from fleet.history import simulate, write_history
-from predictor.compiled import CompiledTrees, c_source, prune, trees_for
+from predictor.compiled import CompiledTrees, Unsupported, c_source, prune, trees_for
 from predictor.lgbm import LightGBMThroughput
 from predictor.registry import Registry
 from predictor.reload import ModelFollower
@@ -137,6 +137,19 @@ def test_source_holds_numbers_only() -> None:
     source = c_source(booster.dump_model())
     assert not any(name in source for name in NAMES)
     assert '"' not in source
+
+
+@pytest.mark.parametrize("threshold", ["1); exit(1); (1", True, float("inf"), [1]])
+def test_anything_but_a_finite_number_in_a_split_is_refused(threshold: Any) -> None:
+    leaf = {"leaf_value": 1.0}
+    split = {"split_feature": 0, "threshold": threshold, "decision_type": "<=", "default_left": True,
+             "missing_type": "NaN", "left_child": leaf, "right_child": leaf}
+    dump = {"objective": "regression", "max_feature_idx": 0, "tree_info": [{"tree_structure": split}]}
+    with pytest.raises(Unsupported):
+        c_source(dump)
+    categorical = {**split, "decision_type": "==", "threshold": "1||2); exit(1"}
+    with pytest.raises(Unsupported):
+        c_source({**dump, "tree_info": [{"tree_structure": categorical}]})
 
 
 def test_a_cached_library_is_used_and_the_folder_is_private(cache: Path) -> None:
