@@ -98,3 +98,22 @@ def test_a_batch_script_takes_one_call_per_server_or_per_slot(store_client: Any,
     assert [[r.decode() for r in reply] for reply in replies] == [[keys[0], args[0]] for keys, args in items]
     slots = {store_client.keyslot(keys[0]) for keys, _ in items} if isinstance(store_client, RedisCluster) else {0}
     assert calls == len(slots)
+
+
+def test_a_batch_on_a_connection_the_server_dropped_is_sent_again_on_a_new_one(rds: redis.Redis, run_id: str) -> None:
+    """Batches write on pooled connections themselves: one the server closed between two batches is
+    replaced and the batch answered, as redis-py's own pipelines did."""
+    if isinstance(rds, RedisCluster):
+        pytest.skip("one server's connection pool")
+    kwargs = rds.connection_pool.connection_kwargs
+    client = redis.Redis(connection_pool=redis.ConnectionPool(max_connections=1, **kwargs))
+    key = f"rb-{run_id}:{{dropped}}"
+    client.hset(key, "f", "1")
+    ours = client.client_id()  # the pool's one connection
+    rds.client_kill_filter(_id=ours)
+    batch = Batch(client)
+    batch.hgetall(key)
+    assert batch.execute() == [{b"f": b"1"}]
+    assert client.client_id() != ours
+    rds.delete(key)
+    client.close()
