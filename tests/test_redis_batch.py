@@ -110,7 +110,7 @@ def test_a_batch_on_a_connection_the_server_dropped_is_sent_again_on_a_new_one(r
     key = f"rb-{run_id}:{{dropped}}"
     client.hset(key, "f", "1")
     ours = client.client_id()  # the pool's one connection
-    rds.client_kill_filter(_id=ours)
+    rds.client_kill_filter(_id=str(ours))
     batch = Batch(client)
     batch.hgetall(key)
     assert batch.execute() == [{b"f": b"1"}]
