@@ -32,7 +32,8 @@ VIEW = "job_features"
 
 def _repo_yaml(setup: dict[str, Any], folder: Path) -> str:
     r = setup["redis"]
-    conn = f"{r['host']}:{r['port']},db={r['db']}" + (f",password={r['password']}" if r.get("password") else "")
+    conn = f"{r['host']}:{r['port']}" + ("" if r.get("cluster") else f",db={r['db']}")  # a cluster has no db
+    conn += f",password={r['password']}" if r.get("password") else ""
     return (f"project: {setup['project']}\n"
             f"registry: {folder / 'registry.db'}\n"
             f"provider: local\n"
