@@ -45,7 +45,7 @@ from predictor.boosting import (
     SMALL_SIZE,
     job_effects,
     map_values,
-    predict_distinct,
+    predict_together,
 )
 from predictor.calibration import (
     EVIDENCE,
@@ -201,14 +201,14 @@ class LightGBMThroughput(ThroughputModel):
         n = len(rows["hardware"])
         base = base_prior = np.full(n, np.nan)
         if self.base_ is not None:
-            trees = self.trees_.get("base", self.base_)
-            base = np.asarray(trees.predict(self._base_matrix(rows), num_threads=self.predict_threads))
-            # The same configuration on the job's prior hardware (a type seen in training).
-            prior_hw = rows["prior_hw"]
+            trees, x, prior_hw = self.trees_.get("base", self.base_), self._base_matrix(rows), rows["prior_hw"]
             has_prior = map_values(prior_hw, dict.fromkeys(self.hardware_specs_, True), False, bool)
-            if has_prior.any():
+            if has_prior.any():  # the same configuration on the job's prior hardware (a type seen in training)
                 swapped = with_hardware(subset(rows, has_prior), self.hardware_specs_, prior_hw[has_prior])
-                base_prior[has_prior] = predict_distinct(trees, self._base_matrix(swapped), self.predict_threads)
+                prior_x = self._base_matrix(swapped)
+                base, base_prior[has_prior] = predict_together(trees, x, prior_x, self.predict_threads)
+            else:
+                base = np.asarray(trees.predict(x, num_threads=self.predict_threads))
         ratio = base - base_prior
         base_transfer = rows["prior_other_log"] + ratio
         blended = base_transfer
