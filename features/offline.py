@@ -81,17 +81,22 @@ class _PairWindow:
 
     entries: list[tuple[float, str, Observation]] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
+    _observed: list[Observation] | None = None  # cached: read far more often than written
 
     def insert(self, time: float, eid: str, value: Observation) -> None:
         if eid in self.ids:
             return
+        self._observed = None
         bisect.insort(self.entries, (time, eid, value), key=lambda e: (e[0], e[1]))
         self.ids.add(eid)
         while len(self.entries) > PAIR_WINDOW:
             self.ids.discard(self.entries.pop(0)[1])
 
     def observed(self) -> list[Observation]:
-        return [e[2] for e in self.entries]
+        """The observations in window order (one list, shared by readers until the next insert)."""
+        if self._observed is None:
+            self._observed = [e[2] for e in self.entries]
+        return self._observed
 
 
 @dataclass
@@ -110,8 +115,12 @@ class OfflineFeatureState:
         self.models: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.families: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.pairs: dict[tuple[str, str | None], dict[str, _PairWindow]] = defaultdict(dict)
-        # Snapshots are immutable, so a model type's lookup dict is shared until it changes.
+        # Snapshots are immutable, so a model type's lookup dict is shared until it changes; then
+        # the next read copies it with only the changed hardware's entries made again (a model
+        # type's finishes change one entry each, and rebuilding all of them was an eighth of the
+        # training rows' time).
         self._lookup_cache: dict[tuple[int, str], dict[str, LookupStat]] = {}
+        self._lookup_stale: dict[tuple[int, str], set[str]] = {}
 
     def apply_finish(self, ev: JobFinish) -> bool:
         """Apply a finish as ``job_finish.lua`` and ``lookup.lua`` do; False for a duplicate."""
@@ -136,7 +145,7 @@ class OfflineFeatureState:
             inserted, kept = agg.insert(entry)
             if inserted and kept:
                 agg.n += 1
-                self._lookup_cache.pop((kind, name), None)
+                self._lookup_stale.setdefault((kind, name), set()).add(hw)
         return True
 
     def _add_pairs(self, ev: JobFinish, eid: str, hw: str, job: _Job, value: float) -> None:
@@ -161,11 +170,21 @@ class OfflineFeatureState:
         return True
 
     def _lookups(self, kind: int, table: dict[str, dict[str, _Window]], name: str) -> dict[str, LookupStat]:
-        cached = self._lookup_cache.get((kind, name))
+        key = (kind, name)
+        cached = self._lookup_cache.get(key)
+        stale = self._lookup_stale.pop(key, None)
         if cached is None:
             windows = table.get(name, {})
             cached = {hw: LookupStat(w.n, w.median()) for hw, w in windows.items() if w.entries}
-            self._lookup_cache[(kind, name)] = cached
+            self._lookup_cache[key] = cached
+        elif stale:
+            windows = table[name]
+            fresh = dict(cached)
+            for hw in stale:
+                fresh[hw] = LookupStat(windows[hw].n, windows[hw].median())
+            if len(fresh) != len(cached):  # a new hardware type: in the windows' order, as made from scratch
+                fresh = {hw: fresh[hw] for hw in windows if hw in fresh}
+            cached = self._lookup_cache[key] = fresh
         return cached
 
     def snapshot(self, sub: Submission, candidates: Sequence[str] | None = None,

@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -23,11 +23,14 @@ import pyarrow.dataset as ds
 
 from core.hardware import Catalogue
 from features.offline import OfflineFeatureState
-from features.rows import Rows, build_rows, row_dicts, to_columns
+from features.rows import Rows, build_rows, concat_rows, row_dicts, to_columns
 from streams.archive import arrow_schema, drop_duplicate_events
 from streams.events import Event, JobFinish, JobStart, Submission
+from training.events import FINISH, START, SUBMISSION, SharedStrings, events, measured_finish, merge_order, replay
 
 DAY = 86400.0
+#: Row dicts turned into columns at a time while examples are built.
+ROW_BATCH = 50_000
 TABLES = ("submissions", "starts", "finishes")
 
 
@@ -124,14 +127,52 @@ class Examples:
         )
 
 
+class Outcome(Protocol):
+    """What an example takes from its attempt's finish (a :class:`JobFinish` has it)."""
+
+    @property
+    def throughput(self) -> float | None: ...
+    @property
+    def num_accelerators(self) -> int: ...
+    @property
+    def event_time(self) -> float: ...
+    @property
+    def hardware(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    throughput: float | None
+    num_accelerators: int
+    event_time: float
+    hardware: str
+
+
+class _Outcomes:
+    """The finishes table's outcome columns, as Python values: row ``i``'s is ``self[i]``.
+
+    A lookahead (a submission's example needs its attempt's later finish) without making every
+    finish an object up front.
+    """
+
+    def __init__(self, finishes: pa.Table) -> None:
+        self.throughput = finishes.column("throughput").to_pylist()
+        self.num_accelerators = finishes.column("num_accelerators").to_pylist()
+        self.event_time = finishes.column("event_time").to_pylist()
+        self.hardware = SharedStrings().column(finishes.column("hardware").to_pylist())
+
+    def __getitem__(self, i: int) -> _Outcome:
+        return _Outcome(self.throughput[i], self.num_accelerators[i], self.event_time[i], self.hardware[i])
+
+
+def _candidate_counts(subs: pa.Table) -> np.ndarray:
+    """Number of candidates of each submission (0 for none)."""
+    lengths = pc.list_value_length(subs.column("candidates"))
+    return np.asarray(pc.fill_null(lengths, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
 def _events(table: pa.Table, cls: type) -> list[Any]:
-    names = [f.name for f in cls.FIELDS]  # type: ignore[attr-defined]
-    cols = [table.column(n).to_pylist() if n in table.column_names else [None] * table.num_rows for n in names]
-    if cls is Submission:
-        k = names.index("candidates")
-        cols[k] = [tuple(c or ()) for c in cols[k]]
-    # Built without re-validation: the archive holds only events that passed validation.
-    return [cls(*values) for values in zip(*cols, strict=True)]
+    return events(table, cls)
 
 
 def build_examples(
@@ -168,25 +209,23 @@ def build_examples(
     Examples
         One example per measured attempt, in submission order.
     """
-    finishes: list[JobFinish] = _events(history.finishes, JobFinish)
-    starts: list[JobStart] = _events(history.starts, JobStart)
-    subs: list[Submission] = _events(history.submissions, Submission)
-    measured = {f.attempt_id: f for f in finishes if f.throughput is not None}
-    sample = _CandidateSample(subs, measured, full_from, full_per_day, seed)
+    subs = history.submissions
+    finish_of = measured_finish(history.finishes, subs.column("attempt_id"))
+    outcomes = _Outcomes(history.finishes)
+    sub_time = subs.column("event_time").to_numpy()
+    # Only submissions that get a row are made into objects; the others change no state.
+    keep = (finish_of >= 0) & (sub_time >= rows_from if rows_from is not None else True)
+    sample = _CandidateSample(sub_time, _candidate_counts(subs), finish_of >= 0, full_from, full_per_day, seed)
     state = OfflineFeatureState(catalogue.canonical)
     out = _ExampleColumns()
-    for kind, i in _replay_order(finishes, starts, subs, until):
-        if kind == _FINISH:
-            state.apply_finish(finishes[i])
-        elif kind == _START:
-            state.apply_start(starts[i])
+    for kind, row, event in replay(history.finishes, history.starts, subs, until, keep):
+        if kind == FINISH:
+            state.apply_finish(event)
+        elif kind == START:
+            state.apply_start(event)
         else:
-            sub = subs[i]
-            if rows_from is not None and sub.event_time < rows_from:
-                continue
-            done = measured.get(sub.attempt_id)
-            if done is None or done.throughput is None:
-                continue
+            sub = event
+            done = outcomes[int(finish_of[row])]
             # The state holds only events before this submission, never this attempt's outcome.
             # Paired ratios are summarised only for the rows built (the costly part of a snapshot).
             snap = state.snapshot(sub, candidates=(done.hardware,))
@@ -206,22 +245,16 @@ def build_examples_with_progress(history: History, catalogue: Catalogue, progres
     return build_examples(history, catalogue, **options)
 
 
-# Event kinds in replay order: at equal times outcomes are applied before a submission reads them.
-_FINISH, _START, _SUBMISSION = 0, 1, 2
+_FINISH, _START, _SUBMISSION = FINISH, START, SUBMISSION
 
 
 def _replay_order(finishes: list[JobFinish], starts: list[JobStart], subs: list[Submission],
                   until: float | None) -> list[tuple[int, int]]:
-    """``(kind, index in its list)`` of every event before ``until``, merged by time."""
-    times = np.concatenate([[f.event_time for f in finishes], [s.event_time for s in starts],
-                            [s.event_time for s in subs]])
-    kinds = np.concatenate([np.full(len(finishes), _FINISH), np.full(len(starts), _START),
-                            np.full(len(subs), _SUBMISSION)])
-    index = np.concatenate([np.arange(len(finishes)), np.arange(len(starts)), np.arange(len(subs))])
-    order = np.lexsort((kinds, times))
-    if until is not None:
-        order = order[times[order] < until]
-    return list(zip(kinds[order].tolist(), index[order].tolist(), strict=True))
+    """``(kind, index in its list)`` of every event before ``until``, merged by time
+    (:func:`training.events.merge_order`)."""
+    kinds, index = merge_order([[f.event_time for f in finishes], [s.event_time for s in starts],
+                                [s.event_time for s in subs]], until)
+    return list(zip(kinds.tolist(), index.tolist(), strict=True))
 
 
 class _CandidateSample:
@@ -232,18 +265,19 @@ class _CandidateSample:
     and each day ends with exactly the sample size, whatever the replay order within it.
     """
 
-    def __init__(self, subs: list[Submission], measured: dict[str, JobFinish], full_from: float | None,
+    def __init__(self, times: np.ndarray, candidates: np.ndarray, measured: np.ndarray, full_from: float | None,
                  per_day: int, seed: int) -> None:
         self.full_from = full_from
         self.per_day = per_day
         self.rng = np.random.default_rng(seed)
-        self.eligible: dict[int, int] = {}
         self.seen: dict[int, int] = {}
         self.taken: dict[int, int] = {}
-        for s in subs:
-            if self.wants(s) and s.attempt_id in measured:
-                d = int(s.event_time // DAY)
-                self.eligible[d] = self.eligible.get(d, 0) + 1
+        self.eligible: dict[int, int] = {}
+        if full_from is not None:
+            # what wants() says of each submission, for all of them at once
+            eligible = measured & (times >= full_from) & (candidates > 1)
+            days, counts = np.unique((times[eligible] // DAY).astype(np.int64), return_counts=True)
+            self.eligible = dict(zip(days.tolist(), counts.tolist(), strict=True))
 
     def wants(self, sub: Submission) -> bool:
         """Whether ``sub`` is eligible: late enough, with more than one candidate to rank."""
@@ -262,9 +296,14 @@ class _CandidateSample:
 
 @dataclass
 class _ExampleColumns:
-    """The examples built so far, column by column (see :class:`Examples`)."""
+    """The examples built so far, column by column (see :class:`Examples`).
+
+    Row dicts are turned into columns every :data:`ROW_BATCH` rows: 600,000 of them, kept until
+    the end, held 2-3 GB (a dict and a float object per cell) where their columns hold 0.3 GB.
+    """
 
     rows: list[dict[str, Any]] = field(default_factory=list)
+    parts: list[Rows] = field(default_factory=list)
     y: list[float] = field(default_factory=list)
     submit_time: list[float] = field(default_factory=list)
     finish_time: list[float] = field(default_factory=list)
@@ -274,11 +313,13 @@ class _ExampleColumns:
     num_accelerators: list[int] = field(default_factory=list)
     full: dict[int, tuple[Submission, Rows]] = field(default_factory=dict)
 
-    def add(self, sub: Submission, done: JobFinish, rows: list[dict[str, Any]]) -> int:
+    def add(self, sub: Submission, done: Outcome, rows: list[dict[str, Any]]) -> int:
         """Append the example of ``sub``, measured by ``done``; returns its index."""
         assert done.throughput is not None
         n = len(self.y)
         self.rows.extend(rows)
+        if len(self.rows) >= ROW_BATCH:
+            self._flush()
         self.y.append(done.throughput / done.num_accelerators)
         self.submit_time.append(sub.event_time)
         self.finish_time.append(done.event_time)
@@ -288,10 +329,19 @@ class _ExampleColumns:
         self.num_accelerators.append(sub.num_accelerators)
         return n
 
+    def _flush(self) -> None:
+        # The derived columns are elementwise, so columns made a batch at a time equal those made at once.
+        self.parts.append(to_columns(self.rows))
+        self.rows = []
+
     def examples(self) -> Examples:
         """The columns as arrays (categorical ones as object arrays)."""
+        if self.rows or not self.parts:
+            self._flush()
+        rows = self.parts[0] if len(self.parts) == 1 else concat_rows(self.parts)
+        self.parts = []
         return Examples(
-            rows=to_columns(self.rows), y=np.array(self.y), submit_time=np.array(self.submit_time),
+            rows=rows, y=np.array(self.y), submit_time=np.array(self.submit_time),
             finish_time=np.array(self.finish_time), attempt_id=np.array(self.attempt_id, dtype=object),
             job_key=np.array(self.job_key, dtype=object), hardware=np.array(self.hardware, dtype=object),
             num_accelerators=np.array(self.num_accelerators, dtype=np.float64), full=self.full,

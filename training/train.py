@@ -80,6 +80,10 @@ def train(
     history, ex, as_of = load_examples(history_dir, catalogue, as_of, window_days)
     t_rows = time.time() - t0
     sp = split(ex, as_of, window_days)
+    # Only the split is needed from here on: the archive's tables and the unsplit rows would
+    # otherwise stay alive through the fit (0.8 GB and 0.3 GB at 60 days x 20,000 attempts).
+    data_hash = history.digest
+    del history, ex
     if len(sp.train) == 0 or len(sp.holdout) == 0:
         raise ValueError(
             f"no training or holdout examples before {day_text(as_of)} "
@@ -96,7 +100,7 @@ def train(
         "holdout": {"day": day_text(sp.holdout_day), "rows": len(sp.holdout)},
         "as_of": day_text(as_of),
         "history": str(history_dir),
-        "data_hash": history.digest,
+        "data_hash": data_hash,
         "features": model.features_,
         "metrics": metrics,
         "timings_s": {"rows": round(t_rows, 1), "fit": round(t_fit, 1)},
