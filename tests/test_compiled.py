@@ -118,6 +118,8 @@ def test_compiled_equals_booster_predict(params: dict[str, Any], cache: Path) ->
     np.testing.assert_allclose([trees.predict(rows[i:i + 1])[0] for i in range(0, len(rows), 7)],
                                expected[::7], rtol=RTOL, atol=0)
     assert trees.predict(rows[:0]).shape == (0,)
+    trees.block = 7  # many blocks of rows, the last one short
+    np.testing.assert_allclose(trees.predict(rows), expected, rtol=RTOL, atol=0)
 
 
 def test_the_models_cover_every_split_kind(cache: Path) -> None:
