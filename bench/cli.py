@@ -147,13 +147,15 @@ def train_cmd(
     window_days: Annotated[int, typer.Option(min=1, help="leap train --window-days.")] = 30,
     history: Annotated[Path | None, typer.Option(help="History folder to reuse (simulated into it if absent).")]
     = None,
+    trees: Annotated[int | None, typer.Option(min=1, help="leap train --trees (default: the served model's).")]
+    = None,
     repeat: Repeat = 3,
     seed: Seed = 0,
 ) -> None:
     """Wall time and peak RSS of `leap train` (a child process per run) on a simulated history."""
     from bench.train import bench_train
 
-    emit(bench_train(days, attempts_per_day, window_days, repeat, seed, history))
+    emit(bench_train(days, attempts_per_day, window_days, repeat, seed, history, trees))
 
 
 if __name__ == "__main__":

@@ -128,3 +128,14 @@ def test_feast_says_clearly_when_feast_is_missing_or_prints_its_json(rds: redis.
     assert med["leap_read_entities_per_s"] > 0 and med["feast_read_entities_per_s"] > 0 and med["ratio"] > 0
     no_scratch_keys_left(rds, out)
     assert not list(rds.scan_iter(match="*" + out["params"]["feast_project"], count=1000))
+
+
+def test_train(tmp_path: Path) -> None:
+    history = tmp_path / "history"  # simulated into it (an existing one is reused)
+    out = run_json("train", "--days", "3", "--attempts-per-day", "700", "--window-days", "2", "--trees", "3",
+                   "--history", str(history), "--repeat", "1")
+    med = out["median"]
+    assert out["benchmark"] == "train" and out["params"]["history"] == str(history)
+    assert med["seconds"] > med["fit_s"] >= 0 and med["train_rows"] > 0
+    assert 0.05 < med["peak_rss_gb"] < 64  # a Python process with pandas-free Arrow and LightGBM loaded
+    assert 0 <= med["holdout_acc10"] <= 1

@@ -50,6 +50,9 @@ def train_cmd(
     window_days: Annotated[int, typer.Option(min=1, help="Days of finished attempts to train on.")] = 30,
     promote: Annotated[bool, typer.Option(help="Promote and announce if not worse than the current model.")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the training report here.")] = None,
+    trees: Annotated[int | None, typer.Option(min=1, help="Trees per stage instead of the served model's "
+                                              "(quick checks, e.g. the bench smoke test; never for serving).")]
+    = None,
 ) -> None:
     """Fit LightGBM on the history and register a new version."""
     from training.days import parse_day
@@ -59,7 +62,7 @@ def train_cmd(
     try:
         day = parse_day(as_of) if as_of else None
         reg = _registry(registry)
-        record, report = train(history, reg, day, window_days)
+        record, report = train(history, reg, day, window_days, None if trees is None else {"n_estimators": trees})
     except ValueError as exc:
         raise _fail(str(exc)) from None
     _print_metrics(report["metrics"], f"holdout {report['holdout']['day']} ({report['holdout']['rows']} attempts)")
