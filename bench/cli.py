@@ -91,8 +91,8 @@ def e2e_cmd(
     role: Annotated[str, typer.Option(help="Worker role: predictor | all.")] = "predictor",
     warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
     startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds for the worker's first ranking.")] = 90.0,
-    engine: Annotated[str, typer.Option(help="Predictor engine: faust | confluent | both (one after the other).")]
-    = "faust",
+    engine: Annotated[str, typer.Option(help="Predictor engine: confluent | faust | both (one after the other).")]
+    = "confluent",
     model: Annotated[Path | None, typer.Option(help="Pin the worker to this saved model folder (or lookup).")] = None,
     private: Annotated[bool, typer.Option(help="Use a broker and redis-server of the benchmark's own.")] = False,
     repeat: Repeat = 3,
@@ -103,8 +103,9 @@ def e2e_cmd(
 
     if role not in ("predictor", "all"):
         raise typer.BadParameter("role must be predictor or all", param_hint="--role")
-    if engine not in ("faust", "confluent", "both") or (role == "all" and engine != "faust"):
-        raise typer.BadParameter("engine must be faust, confluent or both (role all: faust)", param_hint="--engine")
+    engine = "faust" if role == "all" else engine  # `leap worker all` runs its predictor on Faust
+    if engine not in ("faust", "confluent", "both"):
+        raise typer.BadParameter("engine must be confluent, faust or both", param_hint="--engine")
     emit(bench_e2e(Settings.from_env(), Load(rate, duration, window, drain, repeat), role, warm, startup_timeout,
                    seed, engine, model, private))  # type: ignore[arg-type]
 

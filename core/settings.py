@@ -41,9 +41,10 @@ DEFAULT_TOPIC_PARTITIONS = 12
 DEFAULT_ARCHIVE_FLUSH_EVENTS = 10_000
 DEFAULT_ARCHIVE_FLUSH_SECONDS = 300.0
 
-#: Kafka engines of the predictor role (``LEAP_PREDICTOR_ENGINE``): the Faust agent, or a plain
-#: confluent-kafka consume/produce loop around the same batch handler (:mod:`predictor.loop`).
-PREDICTOR_ENGINES = ("faust", "confluent")
+#: Kafka engines of the predictor role (``LEAP_PREDICTOR_ENGINE``), the default first: a plain
+#: confluent-kafka consume/produce loop (:mod:`predictor.loop`), or the Faust agent, around the same
+#: batch handler (docs/benchmarks.md: 2-3x the rankings/s of the Faust agent, a third of its latency).
+PREDICTOR_ENGINES = ("confluent", "faust")
 
 
 #: Kafka client security settings and the variables that carry them.
@@ -109,8 +110,9 @@ class Settings:
         The archiver writes a topic's buffer when it holds this many events or is this old
         (``LEAP_ARCHIVE_FLUSH_EVENTS``, ``LEAP_ARCHIVE_FLUSH_SECONDS``).
     predictor_engine
-        Kafka engine of the predictor role, one of :data:`PREDICTOR_ENGINES` (``LEAP_PREDICTOR_ENGINE``):
-        ``faust`` (the agent) or ``confluent`` (:mod:`predictor.loop`); same topics, group and contract.
+        Kafka engine of ``leap worker predictor``, one of :data:`PREDICTOR_ENGINES` (``LEAP_PREDICTOR_ENGINE``):
+        ``confluent`` (:mod:`predictor.loop`) or ``faust`` (the agent); same topics, group and contract.
+        ``leap worker all`` runs its predictor on Faust whatever this says (one group, one engine).
     """
 
     kafka_bootstrap: str = f"127.0.0.1:{LOCAL_KAFKA_PORT}"

@@ -102,10 +102,11 @@ def run_confluent_predictor(settings: Settings, model_dir: Path | None) -> None:
     serve_confluent_predictor(settings, service, lambda: reload_prices(catalogue))
 
 
-def check_engine(settings: Settings, role: str) -> None:
-    """Raise ValueError for a role the configured predictor engine cannot run."""
-    if settings.predictor_engine == "confluent" and role == "all":
-        # One consumer group cannot mix Faust's assignor with librdkafka's.
+def check_engine(engine: str | None, role: str) -> None:
+    """Raise ValueError for an engine asked for (``--engine``) that the role cannot run."""
+    if engine == "confluent" and role == "all":
+        # The features and the predictor of `all` share one consumer group, and one group cannot mix
+        # Faust's assignor with librdkafka's.
         raise ValueError("the confluent-kafka engine runs the predictor role only: run `leap worker features` "
                          "and `leap worker predictor`, or the Faust engine for `all`")
 
@@ -113,8 +114,9 @@ def check_engine(settings: Settings, role: str) -> None:
 def run(settings: Settings, role: str, metrics_port: int, archive: ArchiveConfig | None = None,
         nightly: NightlyConfig | None = None, model_dir: Path | None = None) -> None:
     """Create missing topics, serve metrics and run the worker until SIGTERM/SIGINT."""
-    check_engine(settings, role)
     confluent = settings.predictor_engine == "confluent" and role == "predictor"
+    if role == "all":
+        log.info("role all runs its predictor agent on Faust (LEAP_PREDICTOR_ENGINE is for `leap worker predictor`)")
     create_topics(settings)
     if role == "trainer":  # a scheduled loop, not a stream processor
         metrics.serve(metrics_port)
