@@ -45,27 +45,41 @@ def _median(values: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-@dataclass
+#: Windows up to this long find an id by scanning their entries instead of keeping a set of them:
+#: a job's windows (one per hardware it ran on, a few hundred thousand in a long history) are.
+SHORT_WINDOW = 16
+
+
+@dataclass(slots=True)
 class _Window:
     limit: int
     entries: list[Entry] = field(default_factory=list)
     n: int = 0
-    ids: set[str] = field(default_factory=set)
+    ids: set[str] | None = None  # the entries' ids, for windows longer than SHORT_WINDOW
     values: list[float] = field(default_factory=list)  # the window's values, sorted
     _median: float = float("nan")  # cached: snapshots read far more often than events arrive
 
+    def __post_init__(self) -> None:
+        if self.limit > SHORT_WINDOW:
+            self.ids = set()
+
+    def _holds(self, eid: str) -> bool:
+        return eid in self.ids if self.ids is not None else any(e[1] == eid for e in self.entries)
+
     def insert(self, entry: Entry) -> tuple[bool, bool]:
         """Insert; returns (inserted, kept) like ``window_insert`` in window.lua."""
-        if entry[1] in self.ids:
+        if self._holds(entry[1]):
             return False, True
         bisect.insort(self.entries, entry)
         bisect.insort(self.values, entry[2])
-        self.ids.add(entry[1])
+        if self.ids is not None:
+            self.ids.add(entry[1])
         while len(self.entries) > self.limit:
             _, old_id, old_value = self.entries.pop(0)
-            self.ids.discard(old_id)
+            if self.ids is not None:
+                self.ids.discard(old_id)
             del self.values[bisect.bisect_left(self.values, old_value)]
-        kept = entry[1] in self.ids
+        kept = self._holds(entry[1])
         if kept:
             v, k = self.values, len(self.values)
             self._median = v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2
@@ -75,7 +89,7 @@ class _Window:
         return self._median
 
 
-@dataclass
+@dataclass(slots=True)
 class _PairWindow:
     """A pair field's window: entries ``(time, id, parsed observation)``, ordered as window.lua orders them."""
 
@@ -99,7 +113,7 @@ class _PairWindow:
         return self._observed
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     seen: set[str] = field(default_factory=set)
     windows: dict[str, _Window] = field(default_factory=dict)
