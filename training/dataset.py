@@ -23,7 +23,7 @@ import pyarrow.dataset as ds
 
 from core.hardware import Catalogue
 from features.offline import OfflineFeatureState
-from features.rows import Rows, build_rows, concat_rows, row_dicts, to_columns
+from features.rows import Rows, build_rows, row_dicts, to_columns
 from streams.archive import arrow_schema, drop_duplicate_events
 from streams.events import Event, JobFinish, JobStart, Submission
 from training.events import FINISH, START, SUBMISSION, SharedStrings, events, measured_finish, merge_order, replay
@@ -338,8 +338,9 @@ class _ExampleColumns:
         """The columns as arrays (categorical ones as object arrays)."""
         if self.rows or not self.parts:
             self._flush()
-        rows = self.parts[0] if len(self.parts) == 1 else concat_rows(self.parts)
-        self.parts = []
+        parts, self.parts = self.parts, []
+        # Column by column, each column's parts dropped once joined: the rows are never held twice.
+        rows = {c: np.concatenate([p.pop(c) for p in parts]) for c in list(parts[0])}
         return Examples(
             rows=rows, y=np.array(self.y), submit_time=np.array(self.submit_time),
             finish_time=np.array(self.finish_time), attempt_id=np.array(self.attempt_id, dtype=object),
