@@ -150,8 +150,13 @@ def _fit_key(v: Variant, i: int, test_days: list[float], window_days: int, first
 KeyOf = Callable[[Variant, int], tuple[Any, ...]]
 
 
-def _plan(variants: Sequence[Variant], test_days: list[float], key_of: KeyOf) -> dict[tuple[Any, ...], _Fit]:
-    """Distinct fits over all model variants, keyed by what makes a fit distinct."""
+def _plan(variants: Sequence[Variant], test_days: list[float], window_days: int, first_submit: float,
+          params: dict[str, Any]) -> tuple[dict[tuple[Any, ...], _Fit], KeyOf]:
+    """Distinct fits over all model variants, keyed by what makes a fit distinct; the key function."""
+
+    def key_of(v: Variant, i: int) -> tuple[Any, ...]:
+        return _fit_key(v, i, test_days, window_days, first_submit, params)
+
     fits: dict[tuple[Any, ...], _Fit] = {}
     for v in variants:
         if v.baseline is not None:
@@ -161,7 +166,7 @@ def _plan(variants: Sequence[Variant], test_days: list[float], key_of: KeyOf) ->
             fits.setdefault(key, _Fit(*key)).score_days.append(day)
     for f in fits.values():
         f.score_days = sorted(set(f.score_days))
-    return fits
+    return fits, key_of
 
 
 def _cost(f: _Fit) -> float:
@@ -244,8 +249,6 @@ def drivers(
         Worker processes, one LightGBM thread each; 1 runs in this process. Workers are
         spawned (not forked), so a script calling this with ``jobs > 1`` needs the usual
         ``if __name__ == "__main__":`` guard.
-    catalogue
-        Hardware catalogue (the packaged one by default).
     params
         Model parameters under every fit; a variant's own parameters win over them.
 
@@ -260,21 +263,17 @@ def drivers(
     history, ex = _history_examples(history_dir, catalogue, progress, examples)
     first_test = checked_first_test_day(history, days)
     test_days = [first_test + d * DAY for d in range(days)]
-    first_submit = float(ex.submit_time.min())
-    key_of: KeyOf = lambda v, i: _fit_key(v, i, test_days, window_days, first_submit, dict(params or {}))  # noqa: E731
-    fits = _plan(chosen, test_days, key_of)
+    fits, key_of = _plan(chosen, test_days, window_days, float(ex.submit_time.min()), dict(params or {}))
     if progress is not None:
         progress.print(f"{len(ex)} examples; {len(fits)} fits for {len(chosen)} variants over {days} days")
     accs = _run_all(fits, ex, max_train_rows, jobs, progress)
     per_variant = {v.key: _variant_accuracy(v, accs, ex, test_days, key_of) for v in chosen}
     base = np.array(per_variant["default"])
     rows = [_report_row(v, np.array(per_variant[v.key]), base, test_days, history.first_day) for v in chosen]
-    return {
-        "days": days, "baseline_acc@10": float(base.mean()), "window_days": window_days,
-        "max_train_rows": max_train_rows, "params": dict(params or {}), "examples": len(ex), "fits": len(fits),
-        "test_days": [day_text(d) for d in test_days], "data_hash": history.digest,
-        "elapsed_s": round(time.perf_counter() - t0, 1), "variants": rows,
-    }
+    return {"days": days, "baseline_acc@10": float(base.mean()), "window_days": window_days,
+            "max_train_rows": max_train_rows, "params": dict(params or {}), "examples": len(ex), "fits": len(fits),
+            "test_days": [day_text(d) for d in test_days], "data_hash": history.digest,
+            "elapsed_s": round(time.perf_counter() - t0, 1), "variants": rows}
 
 
 def _history_examples(history_dir: Path, catalogue: Catalogue | None, progress: Any,
