@@ -28,6 +28,7 @@ own ``predict`` is used, with one log line.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -36,6 +37,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -326,11 +328,20 @@ def build_library(source: str, library: Path, compiler: str) -> None:
 
 def prune(folder: Path, keep: int = KEEP_LIBRARIES) -> None:
     """Delete all but the ``keep`` most recently used libraries (and their sources) in ``folder``.
-    A process that has one loaded keeps it: the file goes, the mapping stays."""
+    A process that has one loaded keeps it: the file goes, the mapping stays.
+
+    Temporary files older than any compile may run are left-overs of a worker stopped while it
+    compiled (the compile runs in a daemon thread, whose clean-up does not run at exit): gone too.
+    """
     libraries = sorted(folder.glob("trees-*.so"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in libraries[keep:]:
         old.unlink(missing_ok=True)
         old.with_suffix(".c").unlink(missing_ok=True)
+    stale = time.time() - COMPILE_TIMEOUT_S
+    for tmp in folder.glob(".trees-*"):
+        with contextlib.suppress(FileNotFoundError):
+            if tmp.stat().st_mtime < stale:
+                tmp.unlink()
 
 
 def find_compiler() -> str | None:

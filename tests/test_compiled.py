@@ -27,7 +27,7 @@ import pytest
 from core.hardware import load_catalogue
 from core.settings import Settings
 from fleet.history import simulate, write_history
-from predictor.compiled import CompiledTrees, Unsupported, c_source, prune, trees_for
+from predictor.compiled import COMPILE_TIMEOUT_S, CompiledTrees, Unsupported, c_source, prune, trees_for
 from predictor.lgbm import LightGBMThroughput
 from predictor.registry import Registry
 from predictor.reload import ModelFollower
@@ -173,8 +173,14 @@ def test_the_cache_keeps_the_most_recently_used_libraries(cache: Path) -> None:
         paths.append(compiled.path)
         time.sleep(0.01)
     os.utime(paths[0], (time.time() - 60, time.time() - 60))
+    # A worker stopped mid-compile leaves its temporary source: an old one goes, a fresh one stays.
+    stale, fresh = cache / ".trees-stale.c", cache / ".trees-fresh.c"
+    stale.write_text("/* left over */")
+    fresh.write_text("/* being compiled */")
+    os.utime(stale, (time.time() - COMPILE_TIMEOUT_S - 60,) * 2)
     prune(cache, keep=2)
     assert sorted(cache.glob("trees-*")) == sorted([*paths[1:], *(p.with_suffix(".c") for p in paths[1:])])
+    assert sorted(cache.glob(".trees-*")) == [fresh]
 
 
 def test_a_folder_others_can_write_is_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
