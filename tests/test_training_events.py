@@ -40,8 +40,8 @@ def plain_examples(history: History, rows_from: float | None, until: float | Non
     starts: list[JobStart] = events(history.starts, JobStart)
     subs: list[Submission] = events(history.submissions, Submission)
     measured = {f.attempt_id: f for f in finishes if f.throughput is not None}
-    merged = sorted([(e.event_time, k, i) for k, table in enumerate((finishes, starts, subs))
-                     for i, e in enumerate(table)])
+    times = ([e.event_time for e in finishes], [e.event_time for e in starts], [e.event_time for e in subs])
+    merged = sorted([(t, k, i) for k, table in enumerate(times) for i, t in enumerate(table)])
     state = OfflineFeatureState(CAT.canonical)
     rows, y, finish_time = [], [], []
     for t, kind, i in merged:
