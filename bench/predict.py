@@ -290,7 +290,7 @@ def bench_predict(
         raw_batches = [[s.encode() for s in b] for b in batches(w.submissions, batch)]
         rows_all = build_batch_rows(w.submissions, [snapshots[s.event_id] for s in w.submissions], catalogue)
         say("compiling the served model's trees; fitting and compiling the plain model of DESIGN §9's loop")
-        models, compiled_diff = bench_models(model, rows_all, settings.home / "compiled")
+        models, compiled_diff = bench_models(model, rows_all, settings.compiled_dir)
         clock = Clock()
         services = _services(store, catalogue, clock, models, snapshots, no_redis)
         runs = timed_runs(services, clock, raw_batches, models, rows_all, repeat, profile_dir)

@@ -213,6 +213,11 @@ class Settings:
         return self.home / "registry"
 
     @property
+    def compiled_dir(self) -> Path:
+        """Where served models' trees are compiled to (:mod:`predictor.compiled`), shared by a host's workers."""
+        return self.home / "compiled"
+
+    @property
     def archive_root(self) -> Path:
         """The history archive folder: ``archive_dir`` if set, else ``home / "archive"``."""
         return self.archive_dir if self.archive_dir is not None else self.home / "archive"

@@ -42,7 +42,7 @@ def predictor_service(settings: Settings, store: FeatureStore, catalogue: Catalo
     if model_dir is not None:
         model = Registry(model_dir.parent).load(model_dir.name, model_dir)
         if isinstance(model, LightGBMThroughput):
-            model.compile_trees(settings.home / "compiled")
+            model.compile_trees(settings.compiled_dir)
         holder = ModelHolder(ActiveModel(model, model_dir.name))
         follower = None
     else:

@@ -357,7 +357,7 @@ def trees_for(booster: lgb.Booster, cache_dir: Path, compiler: str | None = None
     booster
         A trained or loaded booster.
     cache_dir
-        Folder of compiled libraries (created 0700), e.g. ``Settings.home / "compiled"``; a library
+        Folder of compiled libraries (created 0700), e.g. ``Settings.compiled_dir``; a library
         found there is loaded without compiling.
     compiler
         Path or name of the C compiler; None: :func:`find_compiler`.

@@ -5,7 +5,7 @@ announcement must reach all of them, not one per group. At start-up it catches u
 (so it starts with the current model), then follows in a background thread. A new model is
 loaded off the hot path and swapped in between two batches: a batch is ranked entirely by one
 model, and no submission is dropped or ranked twice across the swap. Its trees are then compiled
-(:mod:`predictor.compiled`) in a thread of their own, into ``Settings.home / "compiled"``: until that
+(:mod:`predictor.compiled`) in a thread of their own, into ``Settings.compiled_dir``: until that
 is done (seconds from the cache, minutes for a new model) LightGBM's predict gives the same output.
 """
 
@@ -64,7 +64,7 @@ class ModelFollower:
     def __init__(self, settings: Settings, registry: Registry, holder: ModelHolder) -> None:
         self.registry = registry
         self.holder = holder
-        self.compiled_dir = settings.home / "compiled"
+        self.compiled_dir = settings.compiled_dir
         #: the thread compiling the last model's trees (None: nothing to compile yet)
         self.compiling: threading.Thread | None = None
         self._stop = threading.Event()

@@ -62,6 +62,9 @@ def load_model(name: str, settings: Settings) -> ActiveModel:
         model = Registry(settings.registry_dir).load(name)
     except (KeyError, LookupError, FileNotFoundError, ValueError, OSError) as exc:
         raise ReplayError(f"model version {name!r} is not in the registry at {settings.registry_dir}: {exc}") from None
+    compile_trees = getattr(model, "compile_trees", None)
+    if compile_trees is not None:  # a LightGBM model: rank with its compiled trees, as a predictor does
+        compile_trees(settings.compiled_dir)
     return ActiveModel(model, name)
 
 

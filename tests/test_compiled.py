@@ -277,3 +277,17 @@ def test_the_model_follower_compiles_an_announced_model(tiny: tuple[LightGBMThro
         np.testing.assert_allclose(served.predict(ex.rows), model.predict(ex.rows), rtol=RTOL, atol=0, equal_nan=True)
     finally:
         follower.consumer.close()
+
+
+def test_a_replay_ranks_with_the_compiled_trees(tiny: tuple[LightGBMThroughput, Examples], settings: Settings,
+                                                tmp_path: Path) -> None:
+    """`leap replay rerank --model VERSION` loads the model as a predictor serves it: compiled."""
+    from replay.rerank import load_model
+
+    model, ex = tiny
+    home = dataclasses.replace(settings, home=tmp_path)
+    Registry(home.registry_dir).save(model, {"metrics": {}}, version="lgbm-replay-test")
+    served = load_model("lgbm-replay-test", home).model
+    assert isinstance(served, LightGBMThroughput) and set(served.trees_) == {"main", "base"}
+    assert all(isinstance(t, CompiledTrees) and t.path.parent == home.compiled_dir for t in served.trees_.values())
+    np.testing.assert_allclose(served.predict(ex.rows), model.predict(ex.rows), rtol=RTOL, atol=0, equal_nan=True)
