@@ -132,13 +132,6 @@ class Batch:
     def hmget(self, key: str, fields: Sequence[str]) -> None:
         self._commands.append(_Command(("HMGET", key, *fields), key))
 
-    def mget(self, keys: Sequence[str]) -> None:
-        """Values of ``keys`` (on a cluster they must share one hash slot)."""
-        self._commands.append(_Command(("MGET", *keys), keys[0]))
-
-    def set(self, key: str, value: str) -> None:
-        self._commands.append(_Command(("SET", key, value), key))
-
     def unlink(self, key: str) -> None:
         self._commands.append(_Command(("UNLINK", key), key))
 
