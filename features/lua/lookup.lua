@@ -13,21 +13,14 @@
 local size = tonumber(ARGV[1])
 local windows, order = {}, {}
 
+local function open_window(k, hw)
+  local field = check_lookup_field(KEYS[k], hw)
+  local entries = window_entries(check_window(KEYS[k + 1], hw, true))
+  return {k = k, hw = hw, entries = entries, n = count_of(field), changed = false}
+end
+
 local function window_of(k, hw)
-  local by_hw = windows[k]
-  if not by_hw then
-    by_hw = {}
-    windows[k] = by_hw
-  end
-  local w = by_hw[hw]
-  if not w then
-    local field = check_lookup_field(KEYS[k], hw)
-    local entries = window_entries(check_window(KEYS[k + 1], hw, true))
-    w = {k = k, hw = hw, entries = entries, n = count_of(field), changed = false}
-    by_hw[hw] = w
-    order[#order + 1] = w
-  end
-  return w
+  return window_cached(windows, order, k, hw, open_window)
 end
 
 local function observe(k, id, time, hw, value)

@@ -10,19 +10,12 @@
 local size = tonumber(ARGV[1])
 local windows, order = {}, {}
 
+local function open_window(k, field)
+  return {k = k, field = field, entries = window_entries(check_window(KEYS[k], field, false)), changed = false}
+end
+
 local function window_of(k, field)
-  local by_field = windows[k]
-  if not by_field then
-    by_field = {}
-    windows[k] = by_field
-  end
-  local w = by_field[field]
-  if not w then
-    w = {k = k, field = field, entries = window_entries(check_window(KEYS[k], field, false)), changed = false}
-    by_field[field] = w
-    order[#order + 1] = w
-  end
-  return w
+  return window_cached(windows, order, k, field, open_window)
 end
 
 local function observe(k, field, time, id, value)

@@ -79,6 +79,23 @@ end
 -- values; an event it refuses (reject, or any error) is left out and the others still run, each
 -- in order. Returns every event's values in one flat list, or the first refusal as an error reply
 -- once every event was tried: a refusal leaves no trace, so the writer's retry judges it again.
+-- The window of ``cache[k][sub]``, opened by ``open(k, sub)`` on first use and then listed in
+-- ``order`` (so that a call writes each window it changed once, in the order first seen).
+local function window_cached(cache, order, k, sub, open)
+  local by_sub = cache[k]
+  if not by_sub then
+    by_sub = {}
+    cache[k] = by_sub
+  end
+  local w = by_sub[sub]
+  if not w then
+    w = open(k, sub)
+    by_sub[sub] = w
+    order[#order + 1] = w
+  end
+  return w
+end
+
 local function apply_all(header, width, apply)
   local out, refusal = {}, nil
   for i = header + 1, #ARGV, width do
