@@ -216,21 +216,28 @@ def _applied(rds: Any, layout: KeyLayout, cases: list[Case], timeout: float) -> 
     return pending
 
 
+def _with_every_reason(cases: list[Case]) -> list[Case]:
+    """``cases`` topped up with invalid cases of any refusal kind they lack (in a full-size run).
+
+    Hypothesis does not draw the branches evenly (a run once held no oversize message), so the
+    check that every refusal kind went through the worker would otherwise depend on the draw.
+    """
+    if EXAMPLES < 600:
+        return cases
+    for _ in range(20):
+        absent = EVERY_REASON - {c.reason for c in cases}
+        if not absent:
+            break
+        cases = cases + [c for c in collect(invalid_case(), 100) if c.reason in absent]
+    return cases
+
+
 @pytest.mark.integration
 def test_fuzzed_messages_through_a_worker(worker: WorkerProcess, settings: Settings, topics: dict[str, str],
                                           run_id: str) -> None:
     started = time.monotonic()
     cases = collect(st.one_of(valid_case(), invalid_case()), EXAMPLES)
-    if EXAMPLES >= 600:
-        # Hypothesis does not draw the branches evenly (a run once held no oversize message):
-        # top up with invalid cases of the missing kinds, so that the check of every refusal
-        # kind below is about the worker, not about the luck of the draw.
-        for _ in range(20):
-            absent = EVERY_REASON - {c.reason for c in cases}
-            if not absent:
-                break
-            cases += [c for c in collect(invalid_case(), 100) if c.reason in absent]
-    cases = [rekey(run_id)(case, n) for n, case in enumerate(cases)]
+    cases = [rekey(run_id)(case, n) for n, case in enumerate(_with_every_reason(cases))]
     generated_s = time.monotonic() - started
     log_from = worker.log_path.stat().st_size
     letters_consumer = Consumer(settings.confluent_config(**{"group.id": f"fuzz-{run_id}",
