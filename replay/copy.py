@@ -13,13 +13,13 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from core.settings import Settings
 from replay.decode import header_pairs, key_text, try_decode
 from replay.reader import Reader, ReplayError
 from streams.events import EventError
-from streams.topics import ALL_TOPICS
+from streams.topics import ALL_TOPICS, Topic, create_topics
 
 LIVE_TOPICS = frozenset(t.name for t in ALL_TOPICS)
 _PRODUCER: dict[str, str | int | float | bool] = {
@@ -49,13 +49,13 @@ def ensure_topic(settings: Settings, name: str, partitions: int) -> tuple[int, b
     info = meta.topics.get(name)
     if info is not None and info.error is None and info.partitions:
         return len(info.partitions), False
-    future = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=-1)])[name]
     try:
-        future.result(timeout=30)
+        # The deployment's replication, and a wait for every partition's leader: the copy
+        # produces to explicit partitions right away.
+        created = create_topics(settings, (Topic(name, partitions),))[name] == "created"
     except KafkaException as exc:
-        if exc.args and exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise ReplayError(f"cannot create topic {name!r}: {exc}") from None
-    return partitions, True
+        raise ReplayError(f"cannot create topic {name!r}: {exc}") from None
+    return partitions, created
 
 
 def copy_slice(reader: Reader, settings: Settings, target: str, jobs: Sequence[str], skip_bad: bool,

@@ -233,7 +233,7 @@ class Reader:
                     key = (msg.topic() or "", msg.partition() or 0)
                     err = msg.error()
                     if err is not None:
-                        advanced += self._on_error(err, key, todo, pos)
+                        advanced += self._on_error(err, key, todo, pos, msg.offset())
                         continue
                     found = todo.get(key)
                     offset = msg.offset()
@@ -261,9 +261,15 @@ class Reader:
         return max(0, pl.end - pos[key])
 
     def _on_error(self, err: KafkaError, key: PKey, todo: dict[PKey, PartitionPlan],
-                  pos: dict[PKey, int]) -> int:
+                  pos: dict[PKey, int], at: int | None) -> int:
         code = err.code()
         if code == KafkaError._PARTITION_EOF:
+            plan = todo.get(key)
+            if plan is not None and at is not None and 0 <= at < plan.end:
+                # An end below the planned one (a fetch that saw an older high watermark): the
+                # records up to the plan's end exist, so keep reading; the stall timeout still
+                # ends a partition that really shrank.
+                return 0
             return self._finish(key, todo, pos)
         if code in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET) and key in todo:
             # Retention deleted the segment we were about to read: skip to the new log start.

@@ -24,7 +24,7 @@ from replay.timespec import parse_bound
 from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Ranking
-from streams.topics import JOB_FINISHES, JOB_STARTS
+from streams.topics import JOB_FINISHES, JOB_STARTS, Topic, create_topics
 from tests.factories import CANDIDATES, T0, finish_dict, start, submission
 
 pytestmark = pytest.mark.integration
@@ -178,9 +178,10 @@ def test_empty_range_and_deleted_records_are_reported(settings: Settings, topics
 def test_copy_keeps_keys_headers_and_timestamps(settings: Settings, topics: dict[str, str], run_id: str) -> None:
     src, dst = f"leap-test-replay-{run_id}-src", f"leap-test-replay-{run_id}-dst"
     admin = AdminClient(settings.confluent_config())
-    admin.create_topics([NewTopic(src, num_partitions=3, replication_factor=-1)])[src].result(30)
+    create_topics(settings, (Topic(src, 3),))  # waits for the partitions' leaders
     try:
         producer = Producer(settings.confluent_config())
+        failed: list[str] = []
         sent: list[tuple[int, bytes, bytes, list[tuple[str, str | bytes | None]], int]] = []
         for i in range(12):
             value = orjson.dumps(finish_dict(f"{run_id}-job{i % 4}", f"{run_id}-c{i}", T0 + i, "MI300X", 100.0 + i))
@@ -188,9 +189,11 @@ def test_copy_keeps_keys_headers_and_timestamps(settings: Settings, topics: dict
                 value = b"not an event"
             headers: list[tuple[str, str | bytes | None]] = [("trace", f"t{i}".encode()), ("src", b"x")]
             msg = (i % 3, f"{run_id}-job{i % 4}".encode(), value, headers, 1_700_000_000_000 + i)
-            producer.produce(src, partition=msg[0], key=msg[1], value=msg[2], headers=msg[3], timestamp=msg[4])
+            producer.produce(src, partition=msg[0], key=msg[1], value=msg[2], headers=msg[3], timestamp=msg[4],
+                             on_delivery=lambda err, _m: failed.append(err.str()) if err is not None else None)
             sent.append(msg)
-        assert producer.flush(30) == 0
+        # flush() counts a failed delivery as done: the callbacks say whether all 12 arrived
+        assert (producer.flush(30), failed) == (0, [])
 
         refused = invoke(settings, "copy", "--extra-topic", src, "--to-topic", JOB_FINISHES.name)
         assert refused.exit_code == 2 and "--live" in refused.output
@@ -198,7 +201,7 @@ def test_copy_keeps_keys_headers_and_timestamps(settings: Settings, topics: dict
         result = invoke(settings, "copy", "--extra-topic", src, "--to-topic", dst, "--json")
         assert result.exit_code == 0, result.output
         out = orjson.loads(result.stdout)
-        assert (out["copied"], out["created_topic"], out["read"]["bad_events"]) == (12, True, 1)
+        assert (out["copied"], out["created_topic"], out["read"]["bad_events"]) == (12, True, 1), out
 
         consumer = Consumer(settings.confluent_config(**{"group.id": f"t-{run_id}", "enable.auto.commit": "false"}))
         consumer.assign([TopicPartition(dst, p, 0) for p in range(3)])
