@@ -70,6 +70,9 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("window_60", "window 60 d", "window", window_days=60),
     Variant("weekly", "weekly retrain", "cadence", cadence_days=7),
     Variant("small", "small (15 leaves, 100 trees)", "size", (("num_leaves", 15), ("n_estimators", 100))),
+    # Between small and the default: what serving could save (issue 13) if accuracy does not move.
+    Variant("medium", "medium (31 leaves, 150 trees)", "size", (("num_leaves", 31), ("n_estimators", 150))),
+    Variant("trees_150", "fewer trees (63 leaves, 150 trees)", "size", (("num_leaves", 63), ("n_estimators", 150))),
     Variant("large", "large (255 leaves, 600 trees)", "size", (("num_leaves", 255), ("n_estimators", 600))),
     Variant("constant_leaves", "base model with constant leaves", "size", (("base_linear", False),)),
     Variant("target_log", "target log(y)", "target", (("target", "log"),)),
