@@ -67,6 +67,12 @@ class KeyLayout:
         """The window hash that backs an aggregate hash."""
         return f"{key}:win"
 
+    @staticmethod
+    def sorted_of(key: str) -> str:
+        """Hash beside a lookup aggregate's window hash: field per hardware -> the window's sorted
+        view (:data:`~features.layout.SORTED_VIEW`), so that a write need not parse the window."""
+        return f"{key}:sorted"
+
     def pattern(self) -> str:
         """Glob matching every key of this layout (for scans and clean-up)."""
         return f"{self.prefix}:*"

@@ -62,6 +62,7 @@ from features.pairs import (
 )
 from features.redis_batch import Batch, Client, Item, LuaScript
 from features.snapshot import FeatureSnapshot, LookupStat, PairStat, PriorStat
+from features.sorted_view import lua_sorted_view
 from streams import metrics
 from streams.events import JobFinish, JobStart, Submission
 
@@ -73,10 +74,12 @@ def _lua(name: str) -> str:
     """A script with the generated value formats and the shared window helpers prepended.
 
     The scripts spell no stored format themselves: :func:`features.layout.lua_prelude` defines
-    the packers and parsers from the one declaration the Python readers use too.
+    the packers and parsers from the one declaration the Python readers use too, and
+    :func:`features.sorted_view.lua_sorted_view` those of the lookup windows' sorted views.
     """
     folder = resources.files("features") / "lua"
-    return "\n".join([lua_prelude(), (folder / "window.lua").read_text(), (folder / f"{name}.lua").read_text()])
+    return "\n".join([lua_prelude(), lua_sorted_view(), (folder / "window.lua").read_text(),
+                      (folder / f"{name}.lua").read_text()])
 
 
 def _same(name: str) -> str:
@@ -170,7 +173,8 @@ class FeatureStore:
                 aggregates = [lay.lookup_model(ev.model_type)]
                 if ev.family is not None:
                     aggregates.append(lay.lookup_family(ev.family))
-                lookups.extend(((agg, lay.window_of(agg)), (eid, t, hw, value)) for agg in aggregates)
+                lookups.extend(((agg, lay.window_of(agg), lay.sorted_of(agg)), (eid, t, hw, value))
+                               for agg in aggregates)
             keys = [lay.pairs(level, name) for level, name in pair_levels(ev.model_type, ev.family)] if obs else []
             for field, packed in stored_values(hw, obs, finish_coordinates(ev)):
                 pairs.extend(((key,), (field, t, eid, packed)) for key in keys)

@@ -47,8 +47,9 @@ def events(seed: int = 13) -> list[list[JobStart | JobFinish]]:
     return batches
 
 
-def apply_workload(store: FeatureStore) -> None:
-    for batch in events():
+def apply_workload(store: FeatureStore, batches: list[list[JobStart | JobFinish]] | None = None) -> None:
+    """Apply ``batches`` (default: all of :func:`events`) in order, one store call per batch."""
+    for batch in events() if batches is None else batches:
         if batch and isinstance(batch[0], JobFinish):
             store.apply_finishes([ev for ev in batch if isinstance(ev, JobFinish)])
         else:
@@ -60,11 +61,15 @@ def _text(value: Any) -> str:
 
 
 def dump_state(store: FeatureStore) -> dict[str, Any]:
-    """Every key under the store's prefix (the prefix cut off): its fields or members, and whether it expires."""
+    """Every key under the store's prefix (the prefix cut off): its fields or members, and whether it
+    expires; without the lookup windows' sorted views (binary, derived from the windows: see
+    :func:`sorted_views`)."""
     out: dict[str, Any] = {}
     prefix = store.layout.prefix
     for raw in store.client.scan_iter(match=store.layout.pattern(), count=1000):
         key = _text(raw)
+        if key.endswith(":sorted"):  # only sorted views end so: other keys end with "}" or a short suffix
+            continue
         kind = _text(store.client.type(key))
         if kind == "hash":
             value: Any = {_text(f): _text(v) for f, v in sorted(store.client.hgetall(key).items())}
@@ -72,3 +77,15 @@ def dump_state(store: FeatureStore) -> dict[str, Any]:
             value = sorted(_text(m) for m in store.client.smembers(key))
         out[key[len(prefix):]] = {"value": value, "expires": store.client.ttl(key) > 0}
     return dict(sorted(out.items()))
+
+
+def sorted_views(store: FeatureStore) -> dict[str, dict[str, bytes]]:
+    """The lookup windows' sorted views: aggregate key (prefix cut off) -> hardware -> stored bytes."""
+    out: dict[str, dict[str, bytes]] = {}
+    prefix = store.layout.prefix
+    for raw in store.client.scan_iter(match=store.layout.sorted_of(store.layout.pattern()), count=1000):
+        key = _text(raw)
+        aggregate = key.removesuffix(":sorted")
+        out[aggregate[len(prefix):]] = {_text(f): v if isinstance(v, bytes) else v.encode()
+                                        for f, v in store.client.hgetall(key).items()}
+    return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -14,14 +15,24 @@ from redis.cluster import RedisCluster
 
 from core.hardware import load_catalogue
 from features.keys import JOB_WINDOW, KeyLayout
-from features.layout import COMPUTED_NUMBER, LOOKUP_FIELD, num, pack_window, text
+from features.layout import (
+    COMPUTED_NUMBER,
+    LOOKUP_FIELD,
+    WINDOW_ENTRY,
+    num,
+    pack_window,
+    text,
+    unpack_window,
+)
 from features.offline import OfflineFeatureState
 from features.snapshot import FeatureSnapshot
+from features.sorted_view import pack_sorted_view
 from features.store import FeatureStore
 from replay.rebuild import RebuildResult, compare
 from streams.events import JobFinish, JobStart, Submission
 from tests.factories import T0, finish, start, submission
-from tests.store_workload import FIXTURE, apply_workload, dump_state
+from tests.store_workload import FIXTURE, apply_workload, dump_state, sorted_views
+from tests.store_workload import events as workload_events
 
 pytestmark = pytest.mark.integration
 
@@ -194,6 +205,47 @@ def test_batched_scripts_store_the_bytes_the_per_event_scripts_stored(store: Fea
     assert state.keys() == pinned.keys()
     for key, stored in pinned.items():
         assert state[key] == stored, key
+    _assert_views_describe_their_windows(store, state)
+
+
+def _assert_views_describe_their_windows(store: FeatureStore, state: dict[str, Any]) -> None:
+    """Every lookup window has a sorted view, and each view holds its window's SHA1, its entries'
+    times and lengths, and its values in order (what the scripts add to without parsing the window)."""
+    views = sorted_views(store)
+    windows = {key.removesuffix(":win"): stored["value"] for key, stored in state.items()
+               if key.startswith(":lookup:") and key.endswith(":win")}
+    assert windows and views.keys() == windows.keys()
+    for aggregate, by_hw in windows.items():
+        assert views[aggregate].keys() == by_hw.keys(), aggregate
+        for hw, packed in by_hw.items():
+            entries = unpack_window(packed)
+            want = pack_sorted_view(hashlib.sha1(packed.encode()).hexdigest(), [float(e[0]) for e in entries],
+                                    [len(WINDOW_ENTRY.pack(*e).encode()) for e in entries],
+                                    sorted(float(e[2]) for e in entries))
+            assert views[aggregate][hw] == want, (aggregate, hw)
+
+
+def test_windows_without_their_sorted_views_are_parsed_into_the_same_bytes(store: FeatureStore) -> None:
+    """A deployment's windows from before the sorted views (or a view lost or stale): the scripts
+    parse those windows as before; the workload stores the same bytes as when every view was there."""
+    pinned = json.loads(gzip.decompress((Path(__file__).parent / "data" / FIXTURE).read_bytes()))
+    batches = workload_events()
+    finishes_seen = 0
+    for i, batch in enumerate(batches):
+        apply_workload(store, [batch])
+        finishes_seen += isinstance(batch[0], JobFinish)
+        if i % 7 == 3:  # now and then every view goes, or goes stale (a window re-written by hand)
+            for aggregate in sorted_views(store):
+                key = store.layout.sorted_of(store.layout.prefix + aggregate)
+                if i % 2:
+                    store.client.delete(key)
+                else:  # each field gets the view of another window: a SHA1 that matches nothing
+                    views = list(store.client.hgetall(key).items())
+                    store.client.hset(key, mapping={f: views[j - 1][1] for j, (f, _) in enumerate(views)})
+    assert finishes_seen > 10
+    state = dump_state(store)
+    assert state == pinned
+    _assert_views_describe_their_windows(store, state)
 
 
 def test_a_window_left_out_of_order_is_put_in_order_by_the_next_observation(store: FeatureStore) -> None:

@@ -63,14 +63,33 @@ local function window_insert(w, time, id, value, limit)
   return w, inserted, kept
 end
 
-local function median(w)
-  local values = {}
-  for i, v in ipairs(w.v) do values[i] = v end
+-- A window's values in ascending order (a copy).
+local function sorted_values(w)
+  local values = {unpack(w.v)}
   table.sort(values)
+  return values
+end
+
+-- The median of values in ascending order, as stored.
+local function median_sorted(values)
   local n = #values
   local m
   if n % 2 == 1 then m = values[(n + 1) / 2] else m = (values[n / 2] + values[n / 2 + 1]) / 2 end
   return format_number(m)
+end
+
+local function median(w)
+  return median_sorted(sorted_values(w))
+end
+
+-- The first index of ascending values at which v belongs (before any equal value).
+local function sorted_index(values, v)
+  local lo, hi = 1, #values + 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if values[mid] < v then lo = mid + 1 else hi = mid end
+  end
+  return lo
 end
 
 -- The batch form every script takes (features.redis_batch.grouped_script): ARGV holds `header`
