@@ -7,7 +7,7 @@ paired-ratio observations the job scripts return (:mod:`features.pairs`). Reads:
 batch of submissions: an ``HGETALL`` of each submission's job hash, and one of each distinct model
 type's and family's lookup hash in the batch (parsed once, shared by the batch's snapshots),
 parsed straight into :class:`FeatureSnapshot`; then, for the jobs with a prior, one ``HMGET`` per
-level of the pair fields their rows use.
+pair hash of the pair fields their rows use (a third round trip when a pair is new to this store).
 
 The stored values (field layout, separators, counter names, window packing) are declared in
 :mod:`features.layout`: the scripts build them with its generated Lua prelude and the readers
@@ -116,6 +116,7 @@ class FeatureStore:
         self._hw = cache(canonicalize) if canonicalize else _same
         self._pair_keys: dict[tuple[str, str | None], tuple[tuple[str, str], ...]] = {}
         self._wanted_memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Wanted] = {}
+        self._known_pairs: set[str] = set()  # pair fields seen at the all level (_pair_windows)
         self._finish, self._start, self._lookup, self._pair = (
             LuaScript(name, _lua(name)) for name in ("job_finish", "job_start", "lookup", "pair"))
 
@@ -204,7 +205,9 @@ class FeatureStore:
         One pipelined round trip for the job hashes and the batch's distinct lookup hashes, and
         a second one (only when some job has a prior) for the paired ratios its rows will use:
         one ``HMGET`` per pair hash of the batch (its model types', families' and the ``all``
-        level's), of the fields any of its jobs wants, each window parsed once per batch.
+        level's), of the fields any of its jobs wants that may exist there (:meth:`_pair_windows`),
+        each window parsed once per batch; a third one only when the second shows a pair that this
+        store had not seen at the ``all`` level before.
         """
         if not submissions:
             return []
@@ -244,16 +247,40 @@ class FeatureStore:
                     else:
                         asked[key] = set(fields)
             levels.append(keys)
-        batch = Batch(self.client)
-        asked_fields = {key: list(fields) for key, fields in asked.items()}
-        for key, fields in asked_fields.items():
-            batch.hmget(key, fields)
-        replies = batch.execute() if len(batch) else []
-        windows = {key: _parse_windows(fields, reply, key)
-                   for (key, fields), reply in zip(asked_fields.items(), replies, strict=True)}
+        windows = self._pair_windows(asked)
         memo: dict[Any, Any] = {}  # a window seen from one configuration is summarised once per batch
-        return [summarise_pairs(want, {level: windows[key] for level, key in keys}, submission_coordinates(sub), memo)
+        return [summarise_pairs(want, {level: windows.get(key, {}) for level, key in keys},
+                                submission_coordinates(sub), memo)
                 if keys else {} for sub, want, keys in zip(submissions, wanted, levels, strict=True)]
+
+    def _pair_windows(self, asked: dict[str, set[str]]) -> dict[str, dict[str, list[Observation]]]:
+        """The asked pair windows (pair hash -> field -> observations), parsed; absent ones left out.
+
+        Every paired-ratio observation is filed at the ``all`` level as well as at its model type's
+        and family's (:meth:`_add_aggregates`; a refusal refuses it at every level, since a level
+        refuses for its time or for a window that is there), so a field the ``all`` hash lacks is
+        absent at the other levels too. The ``all`` hash is asked every wanted field; the other
+        levels only the fields known to exist at ``all``: most wanted pairs exist nowhere (a batch
+        of 256 wanted ~5,000 fields and found a few). Fields are never removed, so what a reply
+        showed stays true (a stale entry, after :meth:`delete_all`, asks for a field that is not
+        there). A field the ``all`` reply shows for the first time is asked at the other levels in
+        one more round trip.
+        """
+        all_key = self.layout.pairs("all", None)
+        known = self._known_pairs
+        first = {key: list(fields) if key == all_key else [f for f in fields if f in known]
+                 for key, fields in asked.items()}
+        windows, present = _fetch_windows(self.client, first)
+        new = present.get(all_key, set()) - known
+        if new:
+            if len(known) + len(new) > _MAX_KNOWN_PAIRS:
+                known.clear()
+            known.update(new)
+            more, _ = _fetch_windows(self.client, {key: [f for f in fields if f in new]
+                                                   for key, fields in asked.items() if key != all_key})
+            for key, found in more.items():
+                windows.setdefault(key, {}).update(found)
+        return windows
 
     def _wanted(self, prior: dict[str, PriorStat], candidates: Sequence[str]) -> Wanted:
         """:func:`wanted_pairs` of the canonical candidates, memoised by what it depends on: the
@@ -277,6 +304,7 @@ class FeatureStore:
     def delete_all(self) -> int:
         """Delete every key under this layout's prefix (replays into a scratch prefix use it)."""
         deleted = 0
+        self._known_pairs.clear()
         batch = Batch(self.client)  # one key per UNLINK: a cluster refuses keys of several slots
         for key in self.client.scan_iter(match=self.layout.pattern(), count=1000):
             batch.unlink(text(key))
@@ -381,6 +409,28 @@ def _parse_lookup(raw: Mapping[bytes, bytes], name: str) -> dict[str, LookupStat
             _LOOKUPS.clear()
         _LOOKUPS[key] = out
     return out
+
+
+#: Most pair fields a store remembers as present at the ``all`` level (at most one per hardware pair).
+_MAX_KNOWN_PAIRS = 1 << 16
+
+
+def _fetch_windows(client: Client, asked: Mapping[str, Sequence[str]]
+                   ) -> tuple[dict[str, dict[str, list[Observation]]], dict[str, set[str]]]:
+    """One ``HMGET`` per pair hash of its asked fields, in one round trip per node (none when
+    nothing is asked): the windows parsed, and per hash the fields that hold any value (an
+    unreadable window is present, though left out of the parsed ones)."""
+    asked = {key: fields for key, fields in asked.items() if fields}
+    if not asked:
+        return {}, {}
+    batch = Batch(client)
+    for key, fields in asked.items():
+        batch.hmget(key, fields)
+    windows, present = {}, {}
+    for (key, fields), reply in zip(asked.items(), batch.execute(), strict=True):
+        windows[key] = _parse_windows(fields, reply, key)
+        present[key] = {field for field, value in zip(fields, reply, strict=True) if value is not None}
+    return windows, present
 
 
 def _parse_windows(fields: Sequence[str], values: Sequence[bytes | None], key: str) -> dict[str, list[Observation]]:

@@ -139,11 +139,8 @@ def test_batch_read_with_priors_is_two_round_trips_per_node_whatever_its_size(st
         assert sends == 2 if nodes == 1 else 2 <= sends <= 2 * nodes
 
 
-def test_scripts_agree_with_the_offline_replay(store: FeatureStore) -> None:
-    """Random starts and finishes, duplicated and shuffled: Redis and the offline twin read alike."""
-    rng = random.Random(3)
-    canon = load_catalogue().canonical
-    offline = OfflineFeatureState(canon)
+def _random_events(rng: random.Random) -> list[JobStart | JobFinish]:
+    """600 finishes and 200 starts of 12 jobs on 5 hardware types, 80 duplicated, shuffled."""
     hardware = ["H100-SXM", "H100", "A100-80GB", "TPU-v5p", "MI300X"]
     events: list[JobStart | JobFinish] = []
     for i in range(600):
@@ -157,6 +154,13 @@ def test_scripts_agree_with_the_offline_replay(store: FeatureStore) -> None:
                for i in range(200)]
     events += rng.sample(events, 80)  # duplicates
     rng.shuffle(events)  # and out of order
+    return events
+
+
+def test_scripts_agree_with_the_offline_replay(store: FeatureStore) -> None:
+    """Random starts and finishes, duplicated and shuffled: Redis and the offline twin read alike."""
+    offline = OfflineFeatureState(load_catalogue().canonical)
+    events = _random_events(random.Random(3))
     for chunk in range(0, len(events), 97):
         batch = events[chunk: chunk + 97]
         store.apply_starts([ev for ev in batch if isinstance(ev, JobStart)])
@@ -170,6 +174,24 @@ def test_scripts_agree_with_the_offline_replay(store: FeatureStore) -> None:
     snaps = store.read(subs)
     assert snaps == [offline.snapshot(s) for s in subs]
     assert sum(s.starts for s in snaps) == 200 and all(s.prior for s in snaps)
+
+
+def test_reads_between_writes_find_the_new_pairs_as_the_offline_twin_does(store: FeatureStore) -> None:
+    """The store asks the model-type and family levels only for the pair fields it has seen at
+    the all level: a read after writes that created new pairs still reads what the twin does."""
+    offline = OfflineFeatureState(load_catalogue().canonical)
+    events = [ev for ev in _random_events(random.Random(5)) if isinstance(ev, JobFinish)]
+    subs = [submission(f"j{k}", k, model_type=f"m{k % 4}", family=f"f{k % 2}") for k in range(12)]
+    with_pairs = 0
+    for chunk in range(0, len(events), 60):
+        batch = events[chunk: chunk + 60]
+        store.apply_finishes(batch)
+        for ev in batch:
+            offline.apply_finish(ev)
+        snaps = store.read(subs)
+        assert snaps == [offline.snapshot(s) for s in subs], chunk
+        with_pairs += sum(bool(s.pairs) for s in snaps)
+    assert with_pairs > 12
 
 
 def test_rebuild_ignores_fields_that_older_versions_wrote(rds: redis.Redis, run_id: str) -> None:
