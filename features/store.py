@@ -115,7 +115,7 @@ class FeatureStore:
         self.layout = layout or KeyLayout()
         self._hw = cache(canonicalize) if canonicalize else _same
         self._pair_keys: dict[tuple[str, str | None], tuple[tuple[str, str], ...]] = {}
-        self._wanted_memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Wanted] = {}
+        self._wanted_memo: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[Wanted, frozenset[str]]] = {}
         self._known_pairs: set[str] = set()  # pair fields seen at the all level (_pair_windows)
         self._finish, self._start, self._lookup, self._pair = (
             LuaScript(name, _lua(name)) for name in ("job_finish", "job_start", "lookup", "pair"))
@@ -233,25 +233,23 @@ class FeatureStore:
     def _pairs(self, submissions: Sequence[Submission], priors: Sequence[dict[str, PriorStat]]
                ) -> list[dict[str, dict[str, dict[str, PairStat]]]]:
         """Per submission, the paired ratios of each candidate over its row's prior hardware."""
-        wanted = [self._wanted(prior, sub.candidates) if prior else {}
+        wanted = [self._wanted(prior, sub.candidates) if prior else _NO_PAIRS
                   for sub, prior in zip(submissions, priors, strict=True)]
         asked: dict[str, set[str]] = {}  # pair hash -> the fields any job of the batch wants
         levels: list[tuple[tuple[str, str], ...]] = []
-        for sub, want in zip(submissions, wanted, strict=True):
+        for sub, (want, fields) in zip(submissions, wanted, strict=True):
             keys = self._pair_keys_of(sub.model_type, sub.family) if want else ()
-            if keys:
-                fields = [field for pairs in want.values() for _, field, _ in pairs]
-                for _, key in keys:
-                    if key in asked:
-                        asked[key].update(fields)
-                    else:
-                        asked[key] = set(fields)
+            for _, key in keys:
+                if key in asked:
+                    asked[key] |= fields
+                else:
+                    asked[key] = set(fields)
             levels.append(keys)
         windows = self._pair_windows(asked)
         memo: dict[Any, Any] = {}  # a window seen from one configuration is summarised once per batch
         return [summarise_pairs(want, {level: windows.get(key, {}) for level, key in keys},
                                 submission_coordinates(sub), memo)
-                if keys else {} for sub, want, keys in zip(submissions, wanted, levels, strict=True)]
+                if keys else {} for sub, (want, _), keys in zip(submissions, wanted, levels, strict=True)]
 
     def _pair_windows(self, asked: dict[str, set[str]]) -> dict[str, dict[str, list[Observation]]]:
         """The asked pair windows (pair hash -> field -> observations), parsed; absent ones left out.
@@ -268,30 +266,32 @@ class FeatureStore:
         """
         all_key = self.layout.pairs("all", None)
         known = self._known_pairs
-        first = {key: list(fields) if key == all_key else [f for f in fields if f in known]
-                 for key, fields in asked.items()}
-        windows, present = _fetch_windows(self.client, first)
-        new = present.get(all_key, set()) - known
+        first = {key: list(fields if key == all_key else fields & known) for key, fields in asked.items()}
+        windows, present = _fetch_windows(self.client, first, all_key)
+        new = present - known
         if new:
             if len(known) + len(new) > _MAX_KNOWN_PAIRS:
                 known.clear()
             known.update(new)
-            more, _ = _fetch_windows(self.client, {key: [f for f in fields if f in new]
-                                                   for key, fields in asked.items() if key != all_key})
+            more, _ = _fetch_windows(self.client, {key: list(fields & new) for key, fields in asked.items()
+                                                   if key != all_key}, all_key)
             for key, found in more.items():
                 windows.setdefault(key, {}).update(found)
         return windows
 
-    def _wanted(self, prior: dict[str, PriorStat], candidates: Sequence[str]) -> Wanted:
-        """:func:`wanted_pairs` of the canonical candidates, memoised by what it depends on: the
-        job's ranked priors and the candidate list (the result is shared: nothing changes it)."""
+    def _wanted(self, prior: dict[str, PriorStat], candidates: Sequence[str]) -> tuple[Wanted, frozenset[str]]:
+        """:func:`wanted_pairs` of the canonical candidates and the pair fields they name, memoised
+        by what they depend on: the job's ranked priors and the candidate list (the result is
+        shared: nothing changes it)."""
         key = (ranked_priors(prior), tuple(candidates))
-        want = self._wanted_memo.get(key)
-        if want is None:
+        found = self._wanted_memo.get(key)
+        if found is None:
             if len(self._wanted_memo) >= 1 << 16:
                 self._wanted_memo.clear()
-            want = self._wanted_memo[key] = wanted_pairs(prior, [self._hw(c) for c in candidates])
-        return want
+            want = wanted_pairs(prior, [self._hw(c) for c in candidates])
+            fields = frozenset(field for pairs in want.values() for _, field, _ in pairs)
+            found = self._wanted_memo[key] = (want, fields)
+        return found
 
     def _pair_keys_of(self, model_type: str, family: str | None) -> tuple[tuple[str, str], ...]:
         """``(level, pair hash)`` of every level a submission of this model type and family reads."""
@@ -413,23 +413,27 @@ def _parse_lookup(raw: Mapping[bytes, bytes], name: str) -> dict[str, LookupStat
 
 #: Most pair fields a store remembers as present at the ``all`` level (at most one per hardware pair).
 _MAX_KNOWN_PAIRS = 1 << 16
+#: What a job without priors wants: no pairs.
+_NO_PAIRS: tuple[Wanted, frozenset[str]] = ({}, frozenset())
 
 
-def _fetch_windows(client: Client, asked: Mapping[str, Sequence[str]]
-                   ) -> tuple[dict[str, dict[str, list[Observation]]], dict[str, set[str]]]:
+def _fetch_windows(client: Client, asked: Mapping[str, Sequence[str]], key_present: str
+                   ) -> tuple[dict[str, dict[str, list[Observation]]], set[str]]:
     """One ``HMGET`` per pair hash of its asked fields, in one round trip per node (none when
-    nothing is asked): the windows parsed, and per hash the fields that hold any value (an
-    unreadable window is present, though left out of the parsed ones)."""
+    nothing is asked): the windows parsed, and the fields of ``key_present`` that hold any value
+    (an unreadable window is present, though left out of the parsed ones)."""
     asked = {key: fields for key, fields in asked.items() if fields}
+    windows: dict[str, dict[str, list[Observation]]] = {}
+    present: set[str] = set()
     if not asked:
-        return {}, {}
+        return windows, present
     batch = Batch(client)
     for key, fields in asked.items():
         batch.hmget(key, fields)
-    windows, present = {}, {}
     for (key, fields), reply in zip(asked.items(), batch.execute(), strict=True):
         windows[key] = _parse_windows(fields, reply, key)
-        present[key] = {field for field, value in zip(fields, reply, strict=True) if value is not None}
+        if key == key_present:
+            present = {field for field, value in zip(fields, reply, strict=True) if value is not None}
     return windows, present
 
 
