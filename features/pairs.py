@@ -47,6 +47,16 @@ ACCELERATOR_BANDWIDTH = 0.7
 PRECISION_MISMATCH = 4.0
 UNKNOWN_COORDINATE = 1.0
 
+#: How much sharper the kernel is at each level when it averages: weights are raised to this power
+#: (every distance scaled by its square root). Within one model type the ratio follows the
+#: configuration closely (on Gavel, V100 over P100 ranges from 1.2x to 5x with the accelerator
+#: count at one batch), so the nearest configurations of the same workload should decide; across
+#: model types (family, all) configurations are less comparable and the wide kernel's average is
+#: what helps. Chosen on fold seeds 0 and 2 of the public tables (``docs/alternatives.md``). The
+#: total weight a summary reports is the wide kernel's at every level, so the rows' weight columns
+#: keep their meaning.
+SHARPNESS: Mapping[str, float] = {"model": 16.0, "family": 1.0, "all": 1.0}
+
 PRECISION_BITS: Mapping[str, float] = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
 NAN = float("nan")
 
@@ -135,7 +145,8 @@ def _distance2(a: Coordinates, b: Coordinates) -> float:
 Observation = tuple[float, Coordinates]  # stored log ratio and the configuration it was measured at
 
 
-def summarise(observed: Sequence[Observation], sign: float, at: Coordinates) -> PairStat | None:
+def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sharpness: float = 1.0
+              ) -> PairStat | None:
     """Kernel-weighted mean log ratio of a pair's observations, as seen from ``at``.
 
     Parameters
@@ -146,20 +157,30 @@ def summarise(observed: Sequence[Observation], sign: float, at: Coordinates) -> 
         From :func:`pair_field`: +1 when the wanted ratio is the stored one, -1 for its inverse.
     at
         The submission's coordinates.
+    sharpness
+        The mean's weights are the kernel's raised to this power (:data:`SHARPNESS`); the
+        reported total weight is the kernel's own.
 
     Returns
     -------
     PairStat or None
         Observations, their total kernel weight and the weighted mean; None without observations.
     """
-    total = weighted = 0.0
-    for ratio, coords in observed:
-        w = math.exp(-0.5 * _distance2(coords, at))
-        total += w
-        weighted += w * ratio
-    if not observed or total <= 0.0:
+    if not observed:
         return None
-    return PairStat(len(observed), total, sign * weighted / total)
+    d2 = [_distance2(coords, at) for _, coords in observed]
+    weights = [math.exp(-0.5 * d) for d in d2]
+    total = mean_weight = sum(weights)
+    if total <= 0.0:
+        return None
+    if sharpness != 1.0:
+        # Measured from the nearest observation: the weights' scale cancels in the mean, and a
+        # far window does not underflow to zero once sharpened.
+        nearest = min(d2)
+        weights = [math.exp(-0.5 * sharpness * (d - nearest)) for d in d2]
+        mean_weight = sum(weights)
+    weighted = sum(w * ratio for w, (ratio, _) in zip(weights, observed, strict=True))
+    return PairStat(len(observed), total, sign * weighted / mean_weight)
 
 
 def most_informative(prior: Mapping[str, PriorStat], exclude: str) -> tuple[str, PriorStat] | None:
@@ -246,7 +267,7 @@ def summarise_pairs(want: Wanted, windows: Mapping[str, Mapping[str, Sequence[Ob
                 observed = fields.get(field)
                 if not observed:
                     continue
-                stat = _summarised(observed, sign, at, memo)
+                stat = _summarised(observed, sign, at, memo, SHARPNESS.get(level, 1.0))
                 if stat is not None:
                     stats.setdefault(cand, {})[prior_hw] = stat
         if stats:
@@ -255,12 +276,12 @@ def summarise_pairs(want: Wanted, windows: Mapping[str, Mapping[str, Sequence[Ob
 
 
 def _summarised(observed: Sequence[Observation], sign: float, at: Coordinates,
-                memo: dict[Any, Any] | None) -> PairStat | None:
+                memo: dict[Any, Any] | None, sharpness: float = 1.0) -> PairStat | None:
     if memo is None:
-        return summarise(observed, sign, at)
-    key = (id(observed), at)
+        return summarise(observed, sign, at, sharpness)
+    key = (id(observed), at, sharpness)
     if key not in memo:  # the window stays referenced by the caller's windows while memo lives
-        memo[key] = summarise(observed, 1.0, at)
+        memo[key] = summarise(observed, 1.0, at, sharpness)
     stat: PairStat | None = memo[key]
     if stat is None or sign > 0:
         return stat

@@ -11,11 +11,13 @@ from core.hardware import load_catalogue
 from features.keys import PAIR_WINDOW
 from features.offline import OfflineFeatureState
 from features.pairs import (
+    SHARPNESS,
     coordinates,
     most_informative,
     pair_field,
     stored_values,
     summarise,
+    summarise_pairs,
     unpack_value,
 )
 from features.rows import build_rows
@@ -41,6 +43,22 @@ def test_summary_weights_nearby_configurations_most() -> None:
     other_precision = summarise([(0.2, coordinates(512, 8, "fp32")), (1.0, near)], 1.0, near)
     assert other_precision is not None and other_precision.log_ratio > 0.85
     assert summarise([], 1.0, near) is None
+
+
+def test_the_model_level_follows_the_nearest_configuration_and_reports_the_wide_weight() -> None:
+    """Within a model type the nearest configuration decides (sharpened kernel); across model types
+    the wide kernel averages; both report the same total weight, and a far window stays finite."""
+    at = coordinates(512, 8, "bf16")
+    window = [(0.2, coordinates(512, 16, "bf16")), (1.0, coordinates(512, 32, "bf16"))]
+    want = {"H": [("P", "H|P", 1.0)]}
+    stats = summarise_pairs(want, {"model": {"H|P": window}, "family": {"H|P": window}}, at)
+    model, family = stats["model"]["H"]["P"], stats["family"]["H"]["P"]
+    assert SHARPNESS["model"] > SHARPNESS["family"] == 1.0
+    assert model.log_ratio == pytest.approx(0.2, abs=1e-3) and family.log_ratio > 0.23  # wide: 1.0 counts
+    assert model.weight == family.weight and model.n == family.n == 2
+    far = [(0.3, coordinates(2 ** 20, 1, "fp32")), (0.5, coordinates(2 ** 21, 1, "fp32"))]
+    sharp = summarise(far, 1.0, at, SHARPNESS["model"])
+    assert sharp is not None and 0.3 <= sharp.log_ratio < 0.31 and sharp.weight > 0.0
 
 
 def test_the_row_uses_the_most_observed_other_hardware() -> None:
