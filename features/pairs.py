@@ -10,7 +10,9 @@ each with the configuration it was measured at (per-accelerator batch, accelerat
 At read time the observations of the pair (candidate, the job's prior hardware) are averaged with
 weights that fall with the distance between each observation's configuration and the
 submission's: the ratio between two parts moves smoothly with batch size and scale within a
-workload, so neighbouring configurations say the most, and far ones still say something. This
+workload, so neighbouring configurations say the most, and far ones still say something; at
+the model-type level the kernel is sharpened (:data:`SHARPNESS`), so there the nearest measured
+configurations of the same workload and pair decide, an interpolation between them. This
 is what carries a job's prior across hardware types; the lookup medians' ratio
 (``transfer_log``) compares unrelated jobs and configurations instead.
 
