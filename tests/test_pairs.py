@@ -12,6 +12,7 @@ from features.keys import PAIR_WINDOW
 from features.offline import OfflineFeatureState
 from features.pairs import (
     SHARPNESS,
+    Wanted,
     coordinates,
     most_informative,
     pair_field,
@@ -50,7 +51,7 @@ def test_the_model_level_follows_the_nearest_configuration_and_reports_the_wide_
     the wide kernel averages; both report the same total weight, and a far window stays finite."""
     at = coordinates(512, 8, "bf16")
     window = [(0.2, coordinates(512, 16, "bf16")), (1.0, coordinates(512, 32, "bf16"))]
-    want = {"H": [("P", "H|P", 1.0)]}
+    want: Wanted = {"H": [("P", "H|P", 1.0)]}
     stats = summarise_pairs(want, {"model": {"H|P": window}, "family": {"H|P": window}}, at)
     model, family = stats["model"]["H"]["P"], stats["family"]["H"]["P"]
     assert SHARPNESS["model"] > SHARPNESS["family"] == 1.0
