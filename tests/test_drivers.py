@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 from core.hardware import load_catalogue
 from fleet.history import simulate, write_history
 from leap.cli import app
+from predictor.models import BASELINES
 from training.dataset import build_examples, read_history
 from training.drivers import VARIANTS, drivers, plot_drivers
 
-KEYS = ("no_prior", "weekly", "window_60", "lookup", "transfer")
+KEYS = ("no_prior", "weekly", "window_60", "lookup", "transfer", "transfer_paired")
 # Small trees under every fit: the report's logic, not the model's size, is under test here.
 PARAMS = {"n_estimators": 30, "num_leaves": 15}
 
@@ -62,6 +63,11 @@ def test_prior_throughput_drives_accuracy(result: dict[str, Any]) -> None:
     rows = {r["key"]: r for r in result["variants"]}
     assert rows["no_prior"]["delta"] < -0.05
     assert all(d["delta"] < 0 for d in rows["no_prior"]["per_day"])
+
+
+def test_every_baseline_is_a_row() -> None:
+    # The served model is judged against every baseline the backtest scores, so each is a row here.
+    assert {v.baseline for v in VARIANTS if v.baseline is not None} == set(BASELINES)
 
 
 def test_plot(result: dict[str, Any], tmp_path: Path) -> None:

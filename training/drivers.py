@@ -79,6 +79,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("target_raw", "target raw y", "target", (("target", "raw"),)),
     Variant("lookup", "lookup table (baseline)", "baseline", baseline="lookup"),
     Variant("transfer", "prior transfer (baseline)", "baseline", baseline="transfer"),
+    Variant("transfer_paired", "paired transfer (baseline)", "baseline", baseline="transfer_paired"),
 )
 
 
