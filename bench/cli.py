@@ -82,6 +82,26 @@ def predict_cmd(
                        no_redis, repeat, seed, profile, model, save_model, candidates))
 
 
+@app.command("growth")
+def growth_cmd(
+    candidates: Annotated[list[int] | None, typer.Option(min=1, help="Candidate count (repeat: side by side).")] = None,
+    submissions: Annotated[int, typer.Option(min=1, help="Submissions ranked per pass and count.")] = 2000,
+    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    memory_attempts: Annotated[int, typer.Option(min=0, help="Attempts written for bytes per job (0: skip).")] = 50000,
+    history_days: Annotated[int, typer.Option(min=2, help="Days of simulated history to fit on.")] = 6,
+    history_per_day: Annotated[int, typer.Option(min=10, help="Attempts per simulated day.")] = 1500,
+    trees: Annotated[int | None, typer.Option(min=1, help="Override n_estimators (default: leap train's).")] = None,
+    model: Annotated[Path | None, typer.Option(help="Load the model saved in this folder instead of fitting.")] = None,
+    repeat: Repeat = 3,
+    seed: Seed = 0,
+) -> None:
+    """Cost against work: the ranking loop at several candidate counts side by side, Redis bytes per job."""
+    from bench.growth import bench_growth
+
+    emit(bench_growth(Settings.from_env(), tuple(candidates or (4, 24, 64)), submissions, warm, memory_attempts,
+                      (history_days, history_per_day), repeat, seed, model, trees))
+
+
 @app.command("e2e")
 def e2e_cmd(
     rate: Annotated[float, typer.Option(min=0, help="Submissions/s to publish; 0 = as fast as answered.")] = 200.0,

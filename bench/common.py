@@ -49,8 +49,9 @@ def percentiles_ms(seconds: Sequence[float], prefix: str) -> Figures:
 
 
 def _round(x: float) -> float:
-    """Three significant decimals are plenty for figures that vary by percent between runs."""
-    if not np.isfinite(x):
+    """Four significant digits are plenty for figures that vary by percent between runs; counts
+    (whole numbers) stay exact, or 578,346 training rows would print as 578,300."""
+    if not np.isfinite(x) or x == int(x):
         return x
     return float(f"{x:.4g}")
 

@@ -68,6 +68,7 @@ def test_predict(rds: redis.Redis, tmp_path: Path) -> None:
                      "--repeat", "1", "--model", str(saved))
     assert again["params"]["model"]["loaded_from"] == str(saved)
     assert again["params"]["model"]["main_trees"] == out["params"]["model"]["main_trees"]
+    check_growth(rds, saved)
     no_scratch_keys_left(rds, again)
 
 
@@ -139,3 +140,21 @@ def test_train(tmp_path: Path) -> None:
     assert med["seconds"] > med["fit_s"] >= 0 and med["train_rows"] > 0
     assert 0.05 < med["peak_rss_gb"] < 64  # a Python process with pandas-free Arrow and LightGBM loaded
     assert 0 <= med["holdout_acc10"] <= 1
+
+
+def check_growth(rds: redis.Redis, saved: Path) -> None:
+    """``bench growth`` on a model ``bench predict`` saved (fitting one here would double the test)."""
+    out = run_json("growth", "--candidates", "2", "--candidates", "5", "--candidates", "99", "--submissions", "40",
+                   "--warm", "150", "--memory-attempts", "300", "--model", str(saved), "--repeat", "2")
+    assert out["benchmark"] == "growth" and out["repeat"] == 2
+    mean = out["params"]["mean_candidates"]
+    assert mean["2"] == 2 and mean["5"] == 5 and mean["99"] == out["params"]["catalogue_size"]
+    med = out["median"]
+    for count in (2, 5, 99):
+        for variant in ("lookup", "lightgbm"):
+            assert med[f"c{count}_{variant}_submissions_per_s"] > 0
+    memory = out["redis_memory"]
+    assert memory["jobs"] > 0 and memory["bytes_per_job"] > 0 and memory["shared_mb"] > 0
+    assert memory["bytes_per_job"] == pytest.approx(sum(memory["bytes_per_job_by_key"].values()), abs=1)
+    for prefix in out["params"]["key_prefixes"]:
+        assert not list(rds.scan_iter(match=prefix + "*", count=1000)), "a benchmark left scratch keys behind"
