@@ -351,7 +351,7 @@ def _measure(settings: Settings, load: Load, role: str, warm: int, startup_timeo
     """Seed a scratch prefix, run each engine's worker and runs; the runs, facts, prefix and workload."""
     prefix = scratch_prefix()
     say(f"simulating {warm} attempts of history into Redis prefix {prefix}")
-    w = make_workload(warm, 2000, seed)
+    w = make_workload(warm, 2000, seed, start_time=None)
     store = open_store(settings, load_catalogue(), prefix=prefix)
     engines = list(ENGINES) if engine == "both" else [engine]
     per_engine: dict[str, list[Figures]] = {}

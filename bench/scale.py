@@ -102,7 +102,7 @@ def bench_scale(settings: Settings, duration: float = 10.0, window: int = 400, r
     began = time.perf_counter()
     prefix = scratch_prefix()
     home = Path(tempfile.mkdtemp(prefix="leap-bench-home-"))
-    w = make_workload(warm, 2000, seed)
+    w = make_workload(warm, 2000, seed, start_time=None)
     store = open_store(settings, load_catalogue(), prefix=prefix)
     scoped = replace(settings, home=home, key_prefix=prefix)
     workers: list[WorkerProcess] = []

@@ -159,7 +159,7 @@ def bench_soak(settings: Settings, minutes: float = 30.0, rate: float = 500.0, b
     """Run the soak and return its JSON report (parameters: see the module docstring)."""
     began = time.perf_counter()
     prefix, home = scratch_prefix(), Path(tempfile.mkdtemp(prefix="leap-soak-home-"))
-    w = make_workload(warm, 5000, seed)
+    w = make_workload(warm, 5000, seed, start_time=None)
     store = open_store(settings, load_catalogue(), prefix=prefix)
     scoped = replace(settings, home=home, key_prefix=prefix)
     workers: dict[str, WorkerProcess] = {}

@@ -18,6 +18,10 @@ from streams.events import JobFinish, JobStart, Submission
 
 #: Events per write call, as the feature agents batch them (``streams.app.FEATURE_BATCH``).
 WRITE_BATCH = 500
+#: A fixed first submission time (2025-06-15 UTC) for workloads that never reach a broker: the
+#: simulator's arrivals and catalogue depend on the date, so a wall-clock start gave other jobs,
+#: candidates and paired ratios on every run.
+FIXED_START = 1.75e9
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class Workload:
         return float(np.mean([len(s.candidates) for s in self.submissions])) if self.submissions else 0.0
 
 
-def make_workload(warm: int, submissions: int, seed: int = 0) -> Workload:
+def make_workload(warm: int, submissions: int, seed: int = 0, start_time: float | None = FIXED_START) -> Workload:
     """Run ``warm`` attempts on their requested hardware, then sample ``submissions`` more.
 
     Parameters
@@ -43,17 +47,21 @@ def make_workload(warm: int, submissions: int, seed: int = 0) -> Workload:
     submissions
         Attempts submitted after them (what gets ranked or read).
     seed
-        Fleet seed; the same seed gives the same events.
+        Fleet seed; with a fixed ``start_time`` the same seed gives the same events.
+    start_time
+        Unix seconds of the first attempt; None: now (for events sent through Kafka, whose
+        time-based retention and lag figures want current timestamps).
     """
     fleet = Fleet(seed=seed)
     rng = np.random.default_rng(seed)
     starts, finishes = [], []
-    for a in fleet.sample_attempts(warm) if warm else []:
+    for a in fleet.sample_attempts(warm, start_time) if warm else []:
         hw = a.submission.requested_hardware or a.candidates[0]
         ran = fleet.run(a, hw, rng)
         starts.append(ran.start)
         finishes.append(ran.finish)
-    later: list[Attempt] = fleet.sample_attempts(submissions) if submissions else []
+    later: list[Attempt] = (fleet.sample_attempts(submissions, None if warm else start_time)
+                            if submissions else [])
     return Workload(starts, finishes, [a.submission for a in later])
 
 
