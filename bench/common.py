@@ -22,17 +22,25 @@ import orjson
 Figures = dict[str, float]
 
 
-def machine() -> dict[str, Any]:
-    """What the figures were measured on."""
+def _load() -> list[float]:
     try:
-        load = [round(x, 2) for x in os.getloadavg()]
+        return [round(x, 2) for x in os.getloadavg()]
     except OSError:  # not on every platform
-        load = []
+        return []
+
+
+#: Read when a benchmark command imports this module, i.e. before it measures anything.
+_LOAD_AT_START = _load()
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on: the load averages when the command started and now."""
     return {
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
-        "load_avg_at_start": load,
+        "load_avg_at_start": _LOAD_AT_START,
+        "load_avg_at_end": _load(),
     }
 
 
