@@ -12,7 +12,9 @@ weights that fall with the distance between each observation's configuration and
 submission's: the ratio between two parts moves smoothly with batch size and scale within a
 workload, so neighbouring configurations say the most, and far ones still say something; at
 the model-type level the kernel is sharpened (:data:`SHARPNESS`), so there the nearest measured
-configurations of the same workload and pair decide, an interpolation between them. This
+configurations of the same workload and pair decide, an interpolation between them; at the
+family and all levels a window whose ratios cluster tightly reports their weighted median
+(:data:`MEDIAN_BELOW_SPREAD`), so a few far-off workloads do not pull the estimate. This
 is what carries a job's prior across hardware types; the lookup medians' ratio
 (``transfer_log``) compares unrelated jobs and configurations instead.
 
@@ -58,6 +60,15 @@ UNKNOWN_COORDINATE = 1.0
 #: total weight a summary reports is the wide kernel's at every level, so the rows' weight columns
 #: keep their meaning.
 SHARPNESS: Mapping[str, float] = {"model": 16.0, "family": 1.0, "all": 1.0}
+
+#: Below this weighted spread (standard deviation of the window's log ratios under the wide kernel)
+#: a level reports the weighted median instead of the weighted mean. Across model types (family,
+#: all) a pair's ratios cluster with a few far-off workloads, and those pull a mean that a workload
+#: never seen before (or any of the cluster) should not follow; a widely spread window has no
+#: cluster to be robust about, and there the mean's compromise does better. 0 keeps the mean (the
+#: model level, whose sharpened kernel already follows the nearest configurations). Chosen on fold
+#: seeds 0 and 2 of the public tables (``docs/alternatives.md``).
+MEDIAN_BELOW_SPREAD: Mapping[str, float] = {"model": 0.0, "family": 0.3, "all": 0.3}
 
 PRECISION_BITS: Mapping[str, float] = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
 NAN = float("nan")
@@ -147,9 +158,9 @@ def _distance2(a: Coordinates, b: Coordinates) -> float:
 Observation = tuple[float, Coordinates]  # stored log ratio and the configuration it was measured at
 
 
-def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sharpness: float = 1.0
-              ) -> PairStat | None:
-    """Kernel-weighted mean log ratio of a pair's observations, as seen from ``at``.
+def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sharpness: float = 1.0,
+              median_below: float = 0.0) -> PairStat | None:
+    """Kernel-weighted mean (or median) log ratio of a pair's observations, as seen from ``at``.
 
     Parameters
     ----------
@@ -162,11 +173,15 @@ def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sha
     sharpness
         The mean's weights are the kernel's raised to this power (:data:`SHARPNESS`); the
         reported total weight is the kernel's own.
+    median_below
+        The weighted median is reported instead of the mean when the window's weighted standard
+        deviation is below this (:data:`MEDIAN_BELOW_SPREAD`; 0: always the mean).
 
     Returns
     -------
     PairStat or None
-        Observations, their total kernel weight and the weighted mean; None without observations.
+        Observations, their total kernel weight and the weighted mean (or median); None without
+        observations.
     """
     if not observed:
         return None
@@ -181,8 +196,23 @@ def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sha
         nearest = min(d2)
         weights = [math.exp(-0.5 * sharpness * (d - nearest)) for d in d2]
         mean_weight = sum(weights)
-    weighted = sum(w * ratio for w, (ratio, _) in zip(weights, observed, strict=True))
-    return PairStat(len(observed), total, sign * weighted / mean_weight)
+    mean = sum(w * ratio for w, (ratio, _) in zip(weights, observed, strict=True)) / mean_weight
+    if median_below > 0.0 and len(observed) > 2:  # a median of two is no more robust than their mean
+        spread2 = sum(w * (ratio - mean) ** 2 for w, (ratio, _) in zip(weights, observed, strict=True)) / mean_weight
+        if spread2 < median_below ** 2:
+            mean = _weighted_median([ratio for ratio, _ in observed], weights, mean_weight)
+    return PairStat(len(observed), total, sign * mean)
+
+
+def _weighted_median(values: Sequence[float], weights: Sequence[float], total: float) -> float:
+    """The smallest value with at least half the total weight at or below it."""
+    acc = 0.0
+    ranked = sorted(zip(values, weights, strict=True))
+    for value, weight in ranked:
+        acc += weight
+        if acc >= 0.5 * total:
+            return value
+    return ranked[-1][0]
 
 
 def most_informative(prior: Mapping[str, PriorStat], exclude: str) -> tuple[str, PriorStat] | None:
@@ -269,7 +299,8 @@ def summarise_pairs(want: Wanted, windows: Mapping[str, Mapping[str, Sequence[Ob
                 observed = fields.get(field)
                 if not observed:
                     continue
-                stat = _summarised(observed, sign, at, memo, SHARPNESS.get(level, 1.0))
+                stat = _summarised(observed, sign, at, memo, SHARPNESS.get(level, 1.0),
+                                   MEDIAN_BELOW_SPREAD.get(level, 0.0))
                 if stat is not None:
                     stats.setdefault(cand, {})[prior_hw] = stat
         if stats:
@@ -278,12 +309,12 @@ def summarise_pairs(want: Wanted, windows: Mapping[str, Mapping[str, Sequence[Ob
 
 
 def _summarised(observed: Sequence[Observation], sign: float, at: Coordinates,
-                memo: dict[Any, Any] | None, sharpness: float = 1.0) -> PairStat | None:
+                memo: dict[Any, Any] | None, sharpness: float = 1.0, median_below: float = 0.0) -> PairStat | None:
     if memo is None:
-        return summarise(observed, sign, at, sharpness)
-    key = (id(observed), at, sharpness)
+        return summarise(observed, sign, at, sharpness, median_below)
+    key = (id(observed), at, sharpness, median_below)
     if key not in memo:  # the window stays referenced by the caller's windows while memo lives
-        memo[key] = summarise(observed, 1.0, at, sharpness)
+        memo[key] = summarise(observed, 1.0, at, sharpness, median_below)
     stat: PairStat | None = memo[key]
     if stat is None or sign > 0:
         return stat

@@ -11,6 +11,7 @@ from core.hardware import load_catalogue
 from features.keys import PAIR_WINDOW
 from features.offline import OfflineFeatureState
 from features.pairs import (
+    MEDIAN_BELOW_SPREAD,
     SHARPNESS,
     Wanted,
     coordinates,
@@ -60,6 +61,25 @@ def test_the_model_level_follows_the_nearest_configuration_and_reports_the_wide_
     far = [(0.3, coordinates(2 ** 20, 1, "fp32")), (0.5, coordinates(2 ** 21, 1, "fp32"))]
     sharp = summarise(far, 1.0, at, SHARPNESS["model"])
     assert sharp is not None and 0.3 <= sharp.log_ratio < 0.31 and sharp.weight > 0.0
+
+
+def test_a_tight_window_across_model_types_reports_its_median_and_a_spread_one_its_mean() -> None:
+    """At the family and all levels a clustered window ignores its far-off workload (median), a
+    widely spread one is averaged (mean); the model level always averages; the sign flips exactly."""
+    at = coordinates(512, 8, "bf16")
+    tight = [(0.2 + 0.01 * i, at) for i in range(9)] + [(1.0, at)]  # spread 0.24: one far-off workload
+    spread = [(-0.5, at), (0.0, at), (1.0, at)]  # spread 0.62: no cluster
+    assert MEDIAN_BELOW_SPREAD["model"] == 0.0 < 0.24 < MEDIAN_BELOW_SPREAD["all"] < 0.62
+    want: Wanted = {"H": [("P", "H|P", 1.0)], "P": [("H", "H|P", -1.0)]}
+    stats = summarise_pairs(want, {level: {"H|P": tight} for level in ("model", "family", "all")}, at)
+    mean = sum(r for r, _ in tight) / len(tight)
+    assert stats["model"]["H"]["P"].log_ratio == pytest.approx(mean)
+    for level in ("family", "all"):
+        assert stats[level]["H"]["P"].log_ratio == pytest.approx(0.24)  # the weighted median
+        assert stats[level]["P"]["H"].log_ratio == -stats[level]["H"]["P"].log_ratio
+        assert stats[level]["H"]["P"].weight == stats["model"]["H"]["P"].weight
+    wide = summarise_pairs(want, {"all": {"H|P": spread}}, at, memo={})
+    assert wide["all"]["H"]["P"].log_ratio == pytest.approx(0.5 / 3)  # the mean, not the median 0.0
 
 
 def test_the_row_uses_the_most_observed_other_hardware() -> None:
