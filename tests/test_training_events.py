@@ -7,6 +7,7 @@ rows, targets and times must be the same numbers, whatever the chunk and row-bat
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from streams.events import JobFinish, JobStart, Submission
 from training import dataset
 from training.dataset import DAY, Examples, History, build_examples, read_history
 from training.days import parse_day
-from training.events import events, measured_finish, replay
+from training.events import events, ids_unique, measured_finish, replay
 
 CAT = load_catalogue()
 
@@ -102,3 +103,25 @@ def test_measured_finish_takes_the_last_measured_finish_of_an_attempt() -> None:
     found = measured_finish(finishes, pa.array(["a", "b", "c", "d"]))
     # a: the later of two measured finishes; b: its unmeasured finish does not count; c, d: none
     assert found.tolist() == [2, 1, -1, -1]
+
+
+def test_ids_unique_sees_repeats_within_and_across_tables() -> None:
+    starts = pa.table({"event_id": ["s1", "s2"]})
+    assert ids_unique(starts, pa.table({"event_id": ["f1", "f2"]}))
+    assert not ids_unique(starts, pa.table({"event_id": ["f1", "s2"]}))  # a finish reusing a start's id
+    assert not ids_unique(pa.table({"event_id": ["s1", "s1"]}))
+
+
+def test_rows_equal_a_plain_replay_when_a_finish_reuses_a_start_id(history: History) -> None:
+    """With ids known unique the replay keeps no per-job ids; a reused id must switch that back on,
+    so that the offline state drops the finish as the job scripts would."""
+    starts, finishes = history.starts, history.finishes
+    job = finishes.column("job_key")[0].as_py()
+    start_of_job = next(i for i, k in enumerate(starts.column("job_key").to_pylist()) if k == job)
+    ids = finishes.column("event_id").to_pylist()
+    ids[0] = starts.column("event_id")[start_of_job].as_py()
+    reused = replace(history, finishes=finishes.set_column(
+        finishes.schema.get_field_index("event_id"), "event_id", pa.array(ids, pa.string())))
+    assert not ids_unique(reused.starts, reused.finishes)
+    plain = plain_examples(reused, None, None)
+    assert_same(build_examples(reused, CAT), plain)

@@ -26,7 +26,17 @@ from features.offline import OfflineFeatureState
 from features.rows import Rows, build_rows, row_dicts, to_columns
 from streams.archive import arrow_schema, drop_duplicate_events
 from streams.events import Event, JobFinish, JobStart, Submission
-from training.events import FINISH, START, SUBMISSION, SharedStrings, events, measured_finish, merge_order, replay
+from training.events import (
+    FINISH,
+    START,
+    SUBMISSION,
+    SharedStrings,
+    events,
+    ids_unique,
+    measured_finish,
+    merge_order,
+    replay,
+)
 
 DAY = 86400.0
 #: Row dicts turned into columns at a time while examples are built.
@@ -216,7 +226,7 @@ def build_examples(
     # Only submissions that get a row are made into objects; the others change no state.
     keep = (finish_of >= 0) & (sub_time >= rows_from if rows_from is not None else True)
     sample = _CandidateSample(sub_time, _candidate_counts(subs), finish_of >= 0, full_from, full_per_day, seed)
-    state = OfflineFeatureState(catalogue.canonical)
+    state = OfflineFeatureState(catalogue.canonical, unique_ids=ids_unique(history.starts, history.finishes))
     out = _ExampleColumns()
     for kind, row, event in replay(history.finishes, history.starts, subs, until, keep):
         if kind == FINISH:

@@ -97,6 +97,13 @@ def measured_finish(finishes: pa.Table, attempt_ids: pa.ChunkedArray | pa.Array)
     return np.where(found >= 0, backwards[np.maximum(found, 0)], -1).astype(np.int64)
 
 
+def ids_unique(*tables: pa.Table) -> bool:
+    """Whether no ``event_id`` repeats within or across ``tables`` (an offline state fed only such
+    events need not remember the ids it applied)."""
+    ids = pa.chunked_array([c for t in tables for c in t.column("event_id").chunks], type=pa.string())
+    return len(pc.unique(ids)) == len(ids)
+
+
 def replay(finishes: pa.Table, starts: pa.Table, subs: pa.Table, until: float | None,
            keep_sub: np.ndarray | None = None, chunk: int | None = None) -> Iterator[tuple[int, int, Any]]:
     """``(kind, row, event)`` of every event before ``until`` in replay order.
