@@ -23,24 +23,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.common import Figures, freeze_heap, report, say, scratch_prefix, unfreeze_heap
-from bench.predict import PREDICT_BATCH, _pass, served_model, with_candidates
-from bench.stages import Clock, TimedModel, TimedStore
+from bench.predict import PREDICT_BATCH, _pass, _services, served_model, with_candidates
+from bench.stages import Clock
 from bench.workload import Workload, batches, make_workload, seed_store
-from core.hardware import Catalogue, load_catalogue
+from core.hardware import load_catalogue
 from core.settings import Settings
 from features.keys import KeyLayout
 from features.store import FeatureStore, open_store
-from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
-
-#: What follows ``{prefix}:job:{tag}`` in each of a job's keys (see :class:`~features.keys.KeyLayout`).
-JOB_KEY_KINDS = {"": "job", ":win": "job_window", ":seen": "job_seen", ":pairs": "job_outbox"}
+from predictor.service import ActiveModel, RankingService, lookup_fallback
 
 
-def _rank_services(store: FeatureStore, catalogue: Catalogue, clock: Clock, model: Any) -> dict[str, RankingService]:
-    models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm")}
-    return {name: RankingService(TimedStore(store, clock), catalogue,
-                                 ModelHolder(ActiveModel(TimedModel(a.model, clock), a.version, a.fallback)))
-            for name, a in models.items()}
+def _job_key_kinds(layout: KeyLayout) -> tuple[str, dict[str, str]]:
+    """The start shared by every job's keys, and each kind's suffix after the job hash's key, read
+    off the layout (the one place that spells a key)."""
+    base = layout.job("j")
+    kinds = (("job", layout.job), ("job_window", layout.job_window), ("job_seen", layout.job_seen),
+             ("job_outbox", layout.job_outbox))
+    return base[: base.index("{")], {key("j")[len(base):]: kind for kind, key in kinds}
 
 
 def candidate_runs(services: dict[str, RankingService], clock: Clock, by_count: dict[int, list[list[bytes]]],
@@ -66,19 +65,18 @@ def candidate_runs(services: dict[str, RankingService], clock: Clock, by_count: 
 def job_memory(store: FeatureStore, w: Workload) -> dict[str, Any]:
     """Bytes per tracked job by key kind, and the shared aggregates, after writing ``w``'s history."""
     seed_store(store, w)
-    layout: KeyLayout = store.layout
-    job_head = f"{layout.prefix}:job:"
-    keys = list(store.client.scan_iter(match=layout.pattern(), count=1000))
+    job_head, suffixes = _job_key_kinds(store.layout)
+    keys = list(store.client.scan_iter(match=store.layout.pattern(), count=1000))
     pipe = store.client.pipeline(transaction=False)
     for k in keys:
         pipe.memory_usage(k, samples=0)
     sizes = pipe.execute()
-    per_kind = dict.fromkeys(JOB_KEY_KINDS.values(), 0)
+    per_kind = dict.fromkeys(suffixes.values(), 0)
     shared = 0
     for key, size in zip(keys, sizes, strict=True):
         name = key.decode() if isinstance(key, bytes) else str(key)
         if name.startswith(job_head):
-            per_kind[JOB_KEY_KINDS.get(name[name.rindex("}") + 1:], "job")] += int(size or 0)
+            per_kind[suffixes.get(name[name.rindex("}") + 1:], "job")] += int(size or 0)
         else:
             shared += int(size or 0)
     jobs = len({s.job_key for s in w.starts} | {f.job_key for f in w.finishes})
@@ -132,7 +130,8 @@ def bench_growth(
         clock = Clock()
         by_count = {c: [[s.encode() for s in b] for b in batches(p.submissions, PREDICT_BATCH)]
                     for c, p in padded.items()}
-        runs = candidate_runs(_rank_services(store, catalogue, clock, model), clock, by_count, repeat)
+        models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm")}
+        runs = candidate_runs(_services(store, catalogue, clock, models, {}, no_redis=False), clock, by_count, repeat)
     finally:
         store.delete_all()
         store.client.close()

@@ -31,8 +31,9 @@ def run_json(*args: str) -> dict[str, Any]:
 
 
 def no_scratch_keys_left(rds: redis.Redis, out: dict[str, Any]) -> None:
-    pattern = out["params"]["key_prefix"] + "*"
-    assert not list(rds.scan_iter(match=pattern, count=1000)), "a benchmark left scratch keys behind"
+    params = out["params"]
+    for prefix in params["key_prefixes"] if "key_prefixes" in params else [params["key_prefix"]]:
+        assert not list(rds.scan_iter(match=prefix + "*", count=1000)), "a benchmark left scratch keys behind"
 
 
 def test_features(rds: redis.Redis) -> None:
@@ -156,8 +157,8 @@ def check_growth(rds: redis.Redis, saved: Path) -> None:
     memory = out["redis_memory"]
     assert memory["jobs"] > 0 and memory["bytes_per_job"] > 0 and memory["shared_mb"] > 0
     assert memory["bytes_per_job"] == pytest.approx(sum(memory["bytes_per_job_by_key"].values()), abs=1)
-    for prefix in out["params"]["key_prefixes"]:
-        assert not list(rds.scan_iter(match=prefix + "*", count=1000)), "a benchmark left scratch keys behind"
+    assert len(out["params"]["key_prefixes"]) == 2
+    no_scratch_keys_left(rds, out)
 
 
 def test_workloads_are_reproducible() -> None:
