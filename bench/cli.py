@@ -19,6 +19,12 @@ app = typer.Typer(help="Benchmarks that print JSON figures.", no_args_is_help=Tr
 
 Repeat = Annotated[int, typer.Option("--repeat", min=1, help="Runs; the JSON holds their medians.")]
 Seed = Annotated[int, typer.Option("--seed", help="Fleet simulator seed.")]
+# The served model's options, shared by the commands that rank (predict, growth).
+Warm = Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")]
+HistoryDays = Annotated[int, typer.Option(min=2, help="Days of simulated history to fit on.")]
+HistoryPerDay = Annotated[int, typer.Option(min=10, help="Attempts per simulated day.")]
+Trees = Annotated[int | None, typer.Option(min=1, help="Override n_estimators (default: leap train's).")]
+ModelDir = Annotated[Path | None, typer.Option(help="Load the model saved in this folder instead of fitting.")]
 
 
 @app.command("features")
@@ -59,14 +65,14 @@ def feast_cmd(
 @app.command("predict")
 def predict_cmd(
     submissions: Annotated[int, typer.Option(min=1, help="Submissions ranked per pass.")] = 5000,
-    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    warm: Warm = 20000,
     batch: Annotated[int, typer.Option(min=1, help="Submissions per rank() call.")] = 500,
-    history_days: Annotated[int, typer.Option(min=2, help="Days of simulated history to fit on.")] = 6,
-    history_per_day: Annotated[int, typer.Option(min=10, help="Attempts per simulated day.")] = 1500,
-    trees: Annotated[int | None, typer.Option(min=1, help="Override n_estimators (default: leap train's).")] = None,
+    history_days: HistoryDays = 6,
+    history_per_day: HistoryPerDay = 1500,
+    trees: Trees = None,
     no_redis: Annotated[bool, typer.Option(help="Also run each model on snapshots read beforehand.")] = True,
     profile: Annotated[Path | None, typer.Option(help="Folder for cProfile dumps (extra untimed pass).")] = None,
-    model: Annotated[Path | None, typer.Option(help="Load the model saved in this folder instead of fitting.")] = None,
+    model: ModelDir = None,
     save_model: Annotated[Path | None, typer.Option(help="Save the fitted model in this (new) folder.")] = None,
     candidates: Annotated[int, typer.Option(min=0, help="Candidates per submission (0: as simulated).")] = 0,
     repeat: Repeat = 3,
@@ -86,12 +92,12 @@ def predict_cmd(
 def growth_cmd(
     candidates: Annotated[list[int] | None, typer.Option(min=1, help="Candidate count (repeat: side by side).")] = None,
     submissions: Annotated[int, typer.Option(min=1, help="Submissions ranked per pass and count.")] = 2000,
-    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    warm: Warm = 20000,
     memory_attempts: Annotated[int, typer.Option(min=0, help="Attempts written for bytes per job (0: skip).")] = 50000,
-    history_days: Annotated[int, typer.Option(min=2, help="Days of simulated history to fit on.")] = 6,
-    history_per_day: Annotated[int, typer.Option(min=10, help="Attempts per simulated day.")] = 1500,
-    trees: Annotated[int | None, typer.Option(min=1, help="Override n_estimators (default: leap train's).")] = None,
-    model: Annotated[Path | None, typer.Option(help="Load the model saved in this folder instead of fitting.")] = None,
+    history_days: HistoryDays = 6,
+    history_per_day: HistoryPerDay = 1500,
+    trees: Trees = None,
+    model: ModelDir = None,
     repeat: Repeat = 3,
     seed: Seed = 0,
 ) -> None:
@@ -109,7 +115,7 @@ def e2e_cmd(
     window: Annotated[int, typer.Option(min=1, help="With --rate 0: most submissions unanswered.")] = 200,
     drain: Annotated[float, typer.Option(min=0, help="Seconds to wait for the last rankings.")] = 5.0,
     role: Annotated[str, typer.Option(help="Worker role: predictor | all.")] = "predictor",
-    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    warm: Warm = 20000,
     startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds for the worker's first ranking.")] = 90.0,
     engine: Annotated[str, typer.Option(help="Predictor engine: confluent | faust | both (one after the other).")]
     = "confluent",
@@ -136,7 +142,7 @@ def scale_cmd(
     window: Annotated[int, typer.Option(min=1, help="Closed loops: most submissions unanswered.")] = 400,
     rate: Annotated[float, typer.Option(min=1, help="Submissions/s of the open loop with a join and a leave.")] = 200.0,
     pause_window: Annotated[float, typer.Option(min=0.5, help="Seconds after a change counted as rebalance.")] = 10.0,
-    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    warm: Warm = 20000,
     seed: Seed = 0,
 ) -> None:
     """Rankings/s with one and two predictor workers; latency while a worker joins and leaves."""
@@ -152,7 +158,7 @@ def soak_cmd(
     bad_share: Annotated[float, typer.Option(min=0, max=1, help="Share of malformed messages added.")] = 0.005,
     sample_s: Annotated[float, typer.Option(min=0.5, help="Seconds between RSS samples.")] = 5.0,
     warmup_s: Annotated[float, typer.Option(min=0, help="Seconds before the first RSS window.")] = 60.0,
-    warm: Annotated[int, typer.Option(min=0, help="Earlier attempts written to the store first.")] = 20000,
+    warm: Warm = 20000,
     seed: Seed = 0,
 ) -> None:
     """Workers under steady load: RSS at start and end, lag, rankings, dead letters."""
