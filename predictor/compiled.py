@@ -22,12 +22,15 @@ copies are LightGBM's own (``include/LightGBM/tree.h``, 4.x):
 
 The C source holds only numbers from the dump (hexadecimal float literals, integers): no name or
 other string of the model reaches it. The cache folder is created 0700 and refused when another
-user owns it or others can write to it. Without a compiler, or when compiling fails, the booster's
+user owns it or others can write to it. A cached library is checked before it is called: one made
+by another version of this generator (whose entry point may take other arguments) or for another
+booster is compiled again. Without a compiler, or when compiling fails, the booster's
 own ``predict`` is used, with one log line.
 """
 
 from __future__ import annotations
 
+import _ctypes
 import contextlib
 import ctypes
 import hashlib
@@ -51,8 +54,9 @@ RAW_OBJECTIVES = frozenset({"regression", "regression_l1", "huber", "fair", "qua
 #: No fast-math, no fused multiply-add: the sums must round as LightGBM's do.
 CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math")
 COMPILE_TIMEOUT_S = 1800.0
-#: Bumped when the generated code changes meaning (part of the cache key).
-CODEGEN_VERSION = "2"
+#: Bumped when the generated code changes meaning: part of the cache key, and compiled into the
+#: library, which is checked on load (a cached library of another version is compiled again).
+CODEGEN_VERSION = "3"
 #: Libraries kept in the cache folder (the most recently used; each model version makes one).
 KEEP_LIBRARIES = 8
 #: Rows scored together tree by tree: each block walks all the compiled code once (megabytes for
@@ -63,6 +67,10 @@ ROW_BLOCK = 2048
 
 class Unsupported(ValueError):
     """The dump has something this compiler does not evaluate exactly (the booster is used instead)."""
+
+
+class StaleLibrary(Unsupported):
+    """A cached library that does not belong to this code generator or this booster."""
 
 
 class TreePredictor(Protocol):
@@ -177,6 +185,7 @@ _PRELUDE = """\
 
 #define NF {n_features}
 #define NT {n_trees}
+#define CODEGEN {codegen}
 
 /* LightGBM's kZeroThreshold is a float: 1e-35f, compared as a double */
 static inline int is_zero(double v) {{ return v >= -1e-35f && v <= 1e-35f; }}
@@ -196,6 +205,7 @@ static const tree_fn TREES[NT] = {{{names}}};
 
 int leap_n_features(void) {{ return NF; }}
 int leap_n_trees(void) {{ return NT; }}
+int leap_codegen_version(void) {{ return CODEGEN; }}
 
 /* out[i] = sum of the trees on row i of X (n rows of NF doubles, C order), tree by tree over
    blocks of `block` rows; 0 on success */
@@ -235,7 +245,7 @@ def c_source(dump: dict[str, Any]) -> str:
     trees = dump["tree_info"]
     if not trees:
         raise Unsupported("a model without trees")
-    parts = [_PRELUDE.format(n_features=n_features, n_trees=len(trees))]
+    parts = [_PRELUDE.format(n_features=n_features, n_trees=len(trees), codegen=int(CODEGEN_VERSION))]
     for i, tree in enumerate(trees):
         parts.append(_Tree(i, n_features).source(tree["tree_structure"]))
     parts.append(_MAIN.format(names=", ".join(f"t{i}" for i in range(len(trees)))))
@@ -254,19 +264,39 @@ class CompiledTrees:
         The shared library :func:`build_library` made.
     n_features
         Columns a row must have (the booster's).
+    n_trees
+        Trees the library must evaluate (the booster's); None: not checked.
+
+    Raises
+    ------
+    StaleLibrary
+        The library was made by another version of the code generator (its ``leap_predict``
+        may take other arguments: calling it could crash the process) or for another booster.
     """
 
-    def __init__(self, library: Path, n_features: int) -> None:
+    def __init__(self, library: Path, n_features: int, n_trees: int | None = None) -> None:
         self.path = library
         self._lib = ctypes.CDLL(str(library))
+        # Checked before leap_predict is ever called: a library whose signature differs crashes.
+        version = getattr(self._lib, "leap_codegen_version", None)
+        made_by = int(version()) if version is not None else None
+        if made_by != int(CODEGEN_VERSION):
+            # Unloaded, so that a library made again at this path is loaded afresh (dlopen would
+            # hand back this one for the same path while it stays open).
+            _ctypes.dlclose(self._lib._handle)
+            raise StaleLibrary(f"{library.name} was made by code generator version {made_by}, "
+                               f"this is version {CODEGEN_VERSION}")
         self._lib.leap_n_features.restype = ctypes.c_int
         self._call = self._lib.leap_predict
         self._call.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p]
         self.block = ROW_BLOCK
         self._call.restype = ctypes.c_int
         self.n_features = int(self._lib.leap_n_features())
-        if self.n_features != n_features:
-            raise Unsupported(f"library has {self.n_features} features, the booster {n_features}")
+        trees = int(self._lib.leap_n_trees())
+        if self.n_features != n_features or (n_trees is not None and trees != n_trees):
+            _ctypes.dlclose(self._lib._handle)
+            raise StaleLibrary(f"{library.name} evaluates {trees} trees of {self.n_features} features, "
+                               f"the booster has {n_trees} of {n_features}")
 
     def predict(self, data: np.ndarray, *, num_threads: int = 1) -> np.ndarray:
         """Raw scores of the rows of ``data`` (one thread; ``num_threads`` is accepted and ignored)."""
@@ -366,14 +396,18 @@ def trees_for(booster: lgb.Booster, cache_dir: Path, compiler: str | None = None
         library = library_path(booster, private_dir(cache_dir))
         if library.is_file():
             os.utime(library)  # used now: kept by prune()
-        else:
-            source = c_source(booster.dump_model())
-            cc = compiler or find_compiler()
-            if cc is None:
-                raise OSError("no C compiler found (cc, gcc)")
-            build_library(source, library, cc)
-            prune(library.parent)
-        return CompiledTrees(library, booster.num_feature())
+            try:
+                return CompiledTrees(library, booster.num_feature(), booster.num_trees())
+            except StaleLibrary as exc:  # e.g. left by a development build: made again below
+                log.warning("compiling again: %s", exc)
+                library.unlink()
+        source = c_source(booster.dump_model())
+        cc = compiler or find_compiler()
+        if cc is None:
+            raise OSError("no C compiler found (cc, gcc)")
+        build_library(source, library, cc)
+        prune(library.parent)
+        return CompiledTrees(library, booster.num_feature(), booster.num_trees())
     except (Unsupported, KeyError, OSError, subprocess.SubprocessError) as exc:
         log.warning("trees not compiled, LightGBM's own predict is used: %s", exc)
         return booster

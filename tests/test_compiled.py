@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,7 +28,17 @@ import pytest
 from core.hardware import load_catalogue
 from core.settings import Settings
 from fleet.history import simulate, write_history
-from predictor.compiled import COMPILE_TIMEOUT_S, CompiledTrees, Unsupported, c_source, prune, trees_for
+from predictor.compiled import (
+    CFLAGS,
+    CODEGEN_VERSION,
+    COMPILE_TIMEOUT_S,
+    CompiledTrees,
+    Unsupported,
+    c_source,
+    library_path,
+    prune,
+    trees_for,
+)
 from predictor.lgbm import LightGBMThroughput
 from predictor.registry import Registry
 from predictor.reload import ModelFollower
@@ -162,6 +173,41 @@ def test_a_cached_library_is_used_and_the_folder_is_private(cache: Path) -> None
     again = trees_for(booster, cache, compiler="/nonexistent/cc")  # no compile needed
     assert isinstance(again, CompiledTrees) and again.path == first.path
     np.testing.assert_array_equal(again.predict(rows), first.predict(rows))
+
+
+#: Libraries a cache may hold under a model's name that this code must not call: one of the first
+#: code generator (no version, ``leap_predict`` without the block argument: called with four
+#: arguments it writes through the block count), and one of this version for another booster.
+STALE_SOURCES = {
+    "older code generator": """
+        int leap_n_features(void) { return 5; }
+        int leap_n_trees(void) { return 25; }
+        int leap_predict(const double* X, long n, double* out) { for (long i = 0; i < n; i++) out[i] = 1.0; return 0; }
+    """,
+    "another booster": f"""
+        int leap_n_features(void) {{ return 5; }}
+        int leap_n_trees(void) {{ return 3; }}
+        int leap_codegen_version(void) {{ return {CODEGEN_VERSION}; }}
+        int leap_predict(const double* X, long n, long block, double* out) {{ return -1; }}
+    """,
+}
+
+
+@pytest.mark.parametrize("source", STALE_SOURCES.values(), ids=STALE_SOURCES.keys())
+def test_a_stale_library_in_the_cache_is_compiled_again(source: str, cache: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    booster, rows = train({})
+    cache.mkdir(mode=0o700)
+    stale = library_path(booster, cache)
+    c_file = stale.with_suffix(".c")
+    c_file.write_text(source)
+    subprocess.run(["cc", *CFLAGS, "-o", str(stale), str(c_file)], check=True)
+    with caplog.at_level(logging.WARNING, "leap.compiled"):
+        trees = trees_for(booster, cache)
+    assert isinstance(trees, CompiledTrees) and trees.path == stale
+    assert "compiling again" in caplog.text
+    np.testing.assert_allclose(trees.predict(rows), booster.predict(rows, num_threads=1), rtol=RTOL, atol=0)
+    assert "leap_codegen_version" in stale.with_suffix(".c").read_text()
 
 
 def test_the_cache_keeps_the_most_recently_used_libraries(cache: Path) -> None:
