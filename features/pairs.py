@@ -144,18 +144,27 @@ def unpack_value(value: str) -> tuple[float, Coordinates]:
     return float(ratio), (_coordinate(batch), _coordinate(accelerators), _coordinate(bits))
 
 
-def _distance2(a: Coordinates, b: Coordinates) -> float:
-    d2 = 0.0
-    for x, y, width in ((a[0], b[0], BATCH_BANDWIDTH), (a[1], b[1], ACCELERATOR_BANDWIDTH)):
-        d2 += UNKNOWN_COORDINATE if math.isnan(x) or math.isnan(y) else ((x - y) / width) ** 2
-    if math.isnan(a[2]) or math.isnan(b[2]):
-        d2 += UNKNOWN_COORDINATE
-    elif a[2] != b[2]:
-        d2 += PRECISION_MISMATCH
-    return d2
-
-
 Observation = tuple[float, Coordinates]  # stored log ratio and the configuration it was measured at
+
+
+def _distances2(observed: Sequence[Observation], at: Coordinates) -> list[float]:
+    """Squared kernel distance of each observation's configuration from ``at``.
+
+    Per observation: ``((x - y) / bandwidth) ** 2`` for the batch and the accelerators
+    (:data:`UNKNOWN_COORDINATE` when either is unknown), plus :data:`UNKNOWN_COORDINATE` for an
+    unknown precision or :data:`PRECISION_MISMATCH` for another one, summed in that order. One
+    comprehension, no call per observation: this is the innermost loop of building training rows
+    (a window holds up to 32 observations, and most are full). ``v != v`` tests for NaN.
+    """
+    batch, accelerators, bits = at
+    batch_unknown, accelerators_unknown, bits_unknown = batch != batch, accelerators != accelerators, bits != bits
+    return [
+        (UNKNOWN_COORDINATE if batch_unknown or (b := c[0]) != b else ((b - batch) / BATCH_BANDWIDTH) ** 2)
+        + (UNKNOWN_COORDINATE if accelerators_unknown or (a := c[1]) != a
+           else ((a - accelerators) / ACCELERATOR_BANDWIDTH) ** 2)
+        + (UNKNOWN_COORDINATE if bits_unknown or (p := c[2]) != p else PRECISION_MISMATCH if p != bits else 0.0)
+        for _, c in observed
+    ]
 
 
 def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sharpness: float = 1.0,
@@ -185,8 +194,9 @@ def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sha
     """
     if not observed:
         return None
-    d2 = [_distance2(coords, at) for _, coords in observed]
-    weights = [math.exp(-0.5 * d) for d in d2]
+    exp = math.exp
+    d2 = _distances2(observed, at)
+    weights = [exp(-0.5 * d) for d in d2]
     total = mean_weight = sum(weights)
     if total <= 0.0:
         return None
@@ -194,13 +204,14 @@ def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sha
         # Measured from the nearest observation: the weights' scale cancels in the mean, and a
         # far window does not underflow to zero once sharpened.
         nearest = min(d2)
-        weights = [math.exp(-0.5 * sharpness * (d - nearest)) for d in d2]
+        weights = [exp(-0.5 * sharpness * (d - nearest)) for d in d2]
         mean_weight = sum(weights)
-    mean = sum(w * ratio for w, (ratio, _) in zip(weights, observed, strict=True)) / mean_weight
+    ratios = [ratio for ratio, _ in observed]
+    mean = sum([w * r for w, r in zip(weights, ratios, strict=True)]) / mean_weight
     if median_below > 0.0 and len(observed) > 2:  # a median of two is no more robust than their mean
-        spread2 = sum(w * (ratio - mean) ** 2 for w, (ratio, _) in zip(weights, observed, strict=True)) / mean_weight
+        spread2 = sum([w * (r - mean) ** 2 for w, r in zip(weights, ratios, strict=True)]) / mean_weight
         if spread2 < median_below ** 2:
-            mean = _weighted_median([ratio for ratio, _ in observed], weights, mean_weight)
+            mean = _weighted_median(ratios, weights, mean_weight)
     return PairStat(len(observed), total, sign * mean)
 
 

@@ -4,6 +4,7 @@ submission's configuration, carried into rows; idempotent under redelivery."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -11,9 +12,14 @@ from core.hardware import load_catalogue
 from features.keys import PAIR_WINDOW
 from features.offline import OfflineFeatureState
 from features.pairs import (
+    ACCELERATOR_BANDWIDTH,
+    BATCH_BANDWIDTH,
     MEDIAN_BELOW_SPREAD,
+    PRECISION_MISMATCH,
     SHARPNESS,
+    UNKNOWN_COORDINATE,
     Wanted,
+    _distances2,
     coordinates,
     most_informative,
     pair_field,
@@ -45,6 +51,47 @@ def test_summary_weights_nearby_configurations_most() -> None:
     other_precision = summarise([(0.2, coordinates(512, 8, "fp32")), (1.0, near)], 1.0, near)
     assert other_precision is not None and other_precision.log_ratio > 0.85
     assert summarise([], 1.0, near) is None
+
+
+def _reference_distance2(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """The kernel's squared distance written out term by term, as first specified."""
+    d2 = 0.0
+    for x, y, width in ((a[0], b[0], BATCH_BANDWIDTH), (a[1], b[1], ACCELERATOR_BANDWIDTH)):
+        d2 += UNKNOWN_COORDINATE if math.isnan(x) or math.isnan(y) else ((x - y) / width) ** 2
+    if math.isnan(a[2]) or math.isnan(b[2]):
+        d2 += UNKNOWN_COORDINATE
+    elif a[2] != b[2]:
+        d2 += PRECISION_MISMATCH
+    return d2
+
+
+def test_the_summary_is_the_specified_kernel_bit_for_bit() -> None:
+    """Random windows with unknown coordinates on either side: the summary equals the kernel
+    computed one observation at a time (rows and served features must not drift by a rounding)."""
+    rng = random.Random(7)
+
+    def coordinate(kind: int) -> tuple[float, float, float]:
+        batch = math.nan if rng.random() < 0.15 else math.log(rng.uniform(1.0, 4096.0))
+        accelerators = math.nan if rng.random() < 0.1 else math.log(rng.choice([1, 2, 3, 8, 24, 64, 512]))
+        bits = math.nan if rng.random() < 0.1 else rng.choice([32.0, 19.0, 16.0, 8.0])
+        return (batch, accelerators, bits) if kind else (batch, accelerators, 16.0)
+
+    for case in range(1500):
+        at = coordinate(case % 2)
+        window = [(rng.gauss(0.3, 0.4), coordinate(i % 3)) for i in range(rng.randint(1, PAIR_WINDOW))]
+        for sharpness, median_below in ((1.0, 0.0), (SHARPNESS["model"], 0.0), (1.0, 0.3)):
+            d2 = [_reference_distance2(c, at) for _, c in window]
+            assert _distances2(window, at) == d2
+            weights = [math.exp(-0.5 * d) for d in d2]
+            total = mean_weight = sum(weights)
+            if sharpness != 1.0:
+                weights = [math.exp(-0.5 * sharpness * (d - min(d2))) for d in d2]
+                mean_weight = sum(weights)
+            mean = sum(w * r for w, (r, _) in zip(weights, window, strict=True)) / mean_weight
+            stat = summarise(window, -1.0, at, sharpness, median_below)
+            assert stat is not None and stat.weight == total and stat.n == len(window)
+            if median_below == 0.0:
+                assert stat.log_ratio == -mean
 
 
 def test_the_model_level_follows_the_nearest_configuration_and_reports_the_wide_weight() -> None:
