@@ -21,7 +21,7 @@ from fleet import cli as fleet_cli
 from replay.cli import app as replay_app
 from services.cli import app as services_app
 from training import cli as training_cli
-from training.alternatives.command import alternatives_cmd
+from training.alternatives.command import alternatives_cmd, alternatives_report_cmd
 from training.measurements import evaluate_measurements_cmd
 
 app = typer.Typer(
@@ -35,6 +35,7 @@ app.add_typer(services_app, name="services", help="Local Kafka (KRaft) and Redis
 app.add_typer(fleet_cli.app, name="fleet", help="The simulated fleet: describe, calibrate, history.")
 app.command("evaluate-measurements")(evaluate_measurements_cmd)
 app.command("alternatives")(alternatives_cmd)
+app.command("alternatives-report")(alternatives_report_cmd)
 app.add_typer(replay_app, name="replay", help="Replay topics: rebuild features, re-rank, copy, inspect.")
 app.command("dashboard")(dashboard_cmd)
 app.command("train")(training_cli.train_cmd)

@@ -17,6 +17,7 @@ from fleet.history import simulate, write_history
 from leap.cli import app
 from training import alternatives as alt
 from training.alternatives.preprocess import ANCHOR_COLUMNS, Preprocessor, anchor
+from training.alternatives.report import merge
 from training.dataset import Examples, build_examples, read_history
 from training.days import parse_day
 
@@ -191,3 +192,45 @@ def test_evaluate_measurements_scores_the_alternatives(tiny_table: Path, tmp_pat
     protocols = orjson.loads(out.read_bytes())["protocols"]
     for block in protocols.values():
         assert {"lightgbm", "ridge", "knn"} <= set(block["models"])
+
+
+def test_alternatives_report_merges_saved_results(tiny_table: Path, tmp_path: Path) -> None:
+    # Two invocations of different models on the same table and seed, merged into one report.
+    for name in ("transfer", "lookup"):
+        res = CliRunner().invoke(app, ["alternatives", "--tables", str(tiny_table), "--models", name, "--seed", "1",
+                                       "--json", str(tmp_path / f"{name}.json")])
+        assert res.exit_code == 0, res.output
+    out = tmp_path / "out"
+    saved = [str(tmp_path / "transfer.json"), str(tmp_path / "lookup.json")]
+    res = CliRunner().invoke(app, ["alternatives-report", *saved, "--json", str(out / "m.json"),
+                                   "--markdown", str(out / "m.md"), "--plot", str(out / "m.png")])
+    assert res.exit_code == 0, res.output
+    merged = orjson.loads((out / "m.json").read_bytes())
+    assert merged["models"] == ["transfer", "lookup"] and merged["seed"] == 1
+    single = orjson.loads((tmp_path / "lookup.json").read_bytes())["tables"]["tiny"]["protocols"]
+    for protocol, block in merged["tables"]["tiny"]["protocols"].items():
+        assert list(block["models"]) == ["transfer", "lookup"]
+        assert block["models"]["lookup"] == single[protocol]["models"]["lookup"]  # figures carried unchanged
+    assert "| lookup |" in (out / "m.md").read_text() and "| transfer |" in (out / "m.md").read_text()
+    assert (out / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The same model twice is refused, as is a result of another seed.
+    res = CliRunner().invoke(app, ["alternatives-report", str(tmp_path / "lookup.json"), str(tmp_path / "lookup.json")])
+    assert res.exit_code == 2 and "lookup in more than one result" in " ".join(res.output.split())
+
+
+def test_merge_refuses_different_folds_and_seeds() -> None:
+    def result(seed: int, folds: int, model: str) -> dict[str, Any]:
+        block = {"folds": folds, "rows": {"other": 3}, "seconds": 1.0, "models": {model: {"acc@10": 0.5}}}
+        table = {"rows": 10, "jobs": 2, "seed": seed, "models": [model], "seconds": 1.0,
+                 "protocols": {"config_fold": block}}
+        return {"models": [model], "seed": seed, "simulator": None, "tables": {"t": table}}
+
+    merged = merge([result(1, 5, "a"), result(1, 5, "b")])
+    assert set(merged["tables"]["t"]["protocols"]["config_fold"]["models"]) == {"a", "b"}
+    assert merged["tables"]["t"]["protocols"]["config_fold"]["seconds"] == 2.0
+    with pytest.raises(ValueError, match="folds differ"):
+        merge([result(1, 5, "a"), result(1, 4, "b")])
+    with pytest.raises(ValueError, match="different seeds"):
+        merge([result(1, 5, "a"), result(2, 5, "b")])
+    with pytest.raises(ValueError, match="nothing to merge"):
+        merge([])

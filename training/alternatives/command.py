@@ -8,6 +8,10 @@
 
 ``--models ridge,knn`` runs a subset (``all`` by default: :data:`training.alternatives.NAMES`);
 ``--tables none`` skips the public tables, ``--tables a.csv,b.csv`` runs others.
+
+``leap alternatives-report a.json b.json ... --markdown out.md --plot out.png`` merges saved
+results of the same seed and folds (e.g. cheap models and language models run apart, one table
+per run) into one report, without fitting anything.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from training.alternatives import ALTERNATIVES, NAMES, AlternativeUnavailable, resolve
-from training.alternatives.report import COLUMNS, cell, markdown, plot, report_rows
+from training.alternatives.report import COLUMNS, cell, markdown, merge, plot, report_rows
 
 console = Console(stderr=True)
 
@@ -129,3 +133,23 @@ def _write(result: dict[str, Any], json_path: Path | None, markdown_path: Path |
         plot(result, plot_path)
     written = [str(p) for p in (json_path, markdown_path, plot_path) if p is not None]
     console.print("written " + ", ".join(written) if written else "nothing written (give --json, --markdown, --plot)")
+
+
+def alternatives_report_cmd(
+    results: Annotated[list[Path], typer.Argument(help="Saved results (`leap alternatives --json`) to merge.")],
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the merged result as JSON here.")] = None,
+    markdown_path: Annotated[Path | None, typer.Option("--markdown", help="Write the Markdown table here.")] = None,
+    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write the acc@10 chart (PNG) here.")] = None,
+) -> None:
+    """Merge saved `leap alternatives` results (same seed and folds) into one report and chart."""
+    if plot_path is not None and plot_path.suffix.lower() != ".png":
+        raise _fail(f"--plot writes a PNG: give a path ending in .png, not {plot_path.name!r}")
+    missing = [str(p) for p in results if not p.is_file()]
+    if missing:
+        raise _fail(f"no such result(s): {', '.join(missing)}")
+    try:
+        merged = merge([orjson.loads(p.read_bytes()) for p in results])
+    except (orjson.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise _fail(f"cannot merge: {exc}") from None
+    _print(merged)
+    _write(merged, json_path, markdown_path, plot_path)

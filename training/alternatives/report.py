@@ -9,7 +9,9 @@ acc@10 in the JSON. ``fit s`` is one fit: a night's on the simulator, a fold's o
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,61 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                 figures["acc@10_all"] = s.get("all", {}).get("acc@10")
                 rows.append({"dataset": f"{stem} {protocol}", "model": name, **figures})
     return rows
+
+
+def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One result from several saved ``leap alternatives`` results of the same seed.
+
+    Runs of different models on the same tables (e.g. the cheap models in one invocation, the
+    language models in others) become one report. Their folds must be the same: each table's
+    rows, jobs and seed, and each protocol's fold count and rows per evidence level must be equal,
+    and a (dataset, model) may come from one result only. Run seconds are summed.
+
+    Raises
+    ------
+    ValueError
+        No results, different seeds, two simulator backtests, different folds or a model twice.
+    """
+    if not results:
+        raise ValueError("nothing to merge: give one or more results")
+    seeds = {r.get("seed") for r in results}
+    if len(seeds) != 1:
+        raise ValueError(f"results of different seeds cannot be merged: {sorted(map(str, seeds))}")
+    simulators = [r["simulator"] for r in results if r.get("simulator")]
+    if len(simulators) > 1:
+        raise ValueError("more than one result has a simulator backtest: merge at most one")
+    out: dict[str, Any] = {"models": [], "seed": results[0].get("seed"),
+                           "simulator": copy.deepcopy(simulators[0]) if simulators else None, "tables": {}}
+    for result in results:
+        out["models"] += [m for m in result.get("models", []) if m not in out["models"]]
+        for stem, table in result.get("tables", {}).items():
+            if stem not in out["tables"]:
+                out["tables"][stem] = copy.deepcopy(table)
+                continue
+            _merge_table(stem, out["tables"][stem], table)
+    return out
+
+
+def _merge_table(stem: str, into: dict[str, Any], table: dict[str, Any]) -> None:
+    """Add ``table``'s models to ``into`` (the same table's earlier result), checking the folds agree."""
+    for key in ("rows", "jobs", "seed"):
+        if into.get(key) != table.get(key):
+            raise ValueError(f"{stem}: {key} differ ({into.get(key)} against {table.get(key)}): not the same folds")
+    into["models"] = list(into.get("models", [])) + [m for m in table.get("models", []) if m not in into["models"]]
+    into["seconds"] = (into.get("seconds") or 0.0) + (table.get("seconds") or 0.0)
+    for protocol, block in table["protocols"].items():
+        if protocol not in into["protocols"]:
+            into["protocols"][protocol] = copy.deepcopy(block)
+            continue
+        have = into["protocols"][protocol]
+        for key in ("folds", "rows"):
+            if have.get(key) != block.get(key):
+                raise ValueError(f"{stem} {protocol}: {key} differ ({have.get(key)} against {block.get(key)})")
+        twice = sorted(set(have["models"]) & set(block["models"]))
+        if twice:
+            raise ValueError(f"{stem} {protocol}: {', '.join(twice)} in more than one result")
+        have["seconds"] = (have.get("seconds") or 0.0) + (block.get("seconds") or 0.0)
+        have["models"].update(copy.deepcopy(block["models"]))
 
 
 def cell(x: Any, digits: int) -> str:
@@ -82,13 +139,17 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     for j, model in enumerate(models):
         xs = [i + (j - (len(models) - 1) / 2) * width for i in range(len(datasets))]
         ys = [value.get((d, model)) for d in datasets]
-        ax.bar(xs, [y if y is not None and math.isfinite(y) else 0.0 for y in ys], width, label=model,
-               color=cmap(j % 20))
+        bars = [(x, float(y)) for x, y in zip(xs, ys, strict=True) if y is not None and math.isfinite(y)]
+        ax.bar([x for x, _ in bars], [y for _, y in bars], width, label=model, color=cmap(j % 20))
+        for x in sorted(set(xs) - {x for x, _ in bars}):
+            # A model not run on a dataset gets no bar (a zero would read as measured and wrong).
+            ax.text(x, 0.01, "not run", rotation=90, fontsize=5, ha="center", va="bottom", color="0.4")
     ax.set_xticks(range(len(datasets)))
     ax.set_xticklabels([d.replace(" ", "\n", 1) for d in datasets], fontsize=8)
     ax.set_ylabel("acc@10 (share within 10% of measured)")
     ax.set_ylim(0, 1)
-    ax.set_title("Alternative models: acc@10 per dataset")
+    seed = f" (seed {result['seed']})" if result.get("seed") is not None else ""
+    ax.set_title(f"Alternative models: acc@10 per dataset{seed}")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
