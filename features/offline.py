@@ -66,20 +66,28 @@ class _Window:
     def _holds(self, eid: str) -> bool:
         return eid in self.ids if self.ids is not None else any(e[1] == eid for e in self.entries)
 
-    def insert(self, entry: Entry) -> tuple[bool, bool]:
-        """Insert; returns (inserted, kept) like ``window_insert`` in window.lua."""
-        if self._holds(entry[1]):
+    def insert(self, entry: Entry, new_id: bool = False) -> tuple[bool, bool]:
+        """Insert; returns (inserted, kept) like ``window_insert`` in window.lua.
+
+        ``new_id``: the caller knows no entry holds this id (ids known unique), so the window is
+        not searched for it.
+        """
+        if not new_id and self._holds(entry[1]):
             return False, True
-        bisect.insort(self.entries, entry)
+        at = bisect.bisect_right(self.entries, entry)
+        self.entries.insert(at, entry)
         bisect.insort(self.values, entry[2])
         if self.ids is not None:
             self.ids.add(entry[1])
+        dropped = 0
         while len(self.entries) > self.limit:
             _, old_id, old_value = self.entries.pop(0)
             if self.ids is not None:
                 self.ids.discard(old_id)
             del self.values[bisect.bisect_left(self.values, old_value)]
-        kept = self._holds(entry[1])
+            dropped += 1
+        # The only entry with this id is the new one: it survived unless the oldest were cut up to it.
+        kept = at >= dropped
         if kept:
             v, k = self.values, len(self.values)
             self._median = v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2
@@ -153,13 +161,13 @@ class OfflineFeatureState:
         entry = (ev.event_time, eid, per_accelerator(ev.throughput, ev.num_accelerators))
         self._add_pairs(ev, eid, hw, job, entry[2])
         win = job.windows.setdefault(hw, _Window(JOB_WINDOW))
-        win.insert(entry)
+        win.insert(entry, self._unique_ids)
         win.n += 1
         for kind, table, name in ((0, self.models, ev.model_type), (1, self.families, ev.family)):
             if name is None:  # a finish of unknown family feeds no family aggregate
                 continue
             agg = table[name].setdefault(hw, _Window(LOOKUP_WINDOW))
-            inserted, kept = agg.insert(entry)
+            inserted, kept = agg.insert(entry, self._unique_ids)
             if inserted and kept:
                 agg.n += 1
                 self._lookup_stale.setdefault((kind, name), set()).add(hw)
