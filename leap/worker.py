@@ -18,7 +18,7 @@ from predictor.agent import attach_predictor_agent
 from predictor.lgbm import LightGBMThroughput
 from predictor.loop import serve as serve_confluent_predictor
 from predictor.registry import Registry
-from predictor.reload import ModelFollower
+from predictor.reload import ModelFollower, compile_and_report
 from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
 from streams import metrics
 from streams.app import build_app
@@ -42,7 +42,7 @@ def predictor_service(settings: Settings, store: FeatureStore, catalogue: Catalo
     if model_dir is not None:
         model = Registry(model_dir.parent).load(model_dir.name, model_dir)
         if isinstance(model, LightGBMThroughput):
-            model.compile_trees(settings.compiled_dir)
+            compile_and_report(model, settings.compiled_dir, model_dir.name)
         holder = ModelHolder(ActiveModel(model, model_dir.name))
         follower = None
     else:

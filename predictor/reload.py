@@ -20,6 +20,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from core.settings import Settings
+from predictor.compiled import CompiledTrees
 from predictor.lgbm import LightGBMThroughput
 from predictor.registry import ModelRecord, Registry
 from predictor.service import ActiveModel, ModelHolder
@@ -46,6 +47,16 @@ def announce(settings: Settings, record: ModelRecord | None, version: str | None
     if producer.flush(30):
         raise RuntimeError("the model announcement was not delivered within 30 s")
     return event
+
+
+def compile_and_report(model: LightGBMThroughput, compiled_dir: Path, version: str) -> None:
+    """Compile ``model``'s trees and log when they serve: until then LightGBM's predict does,
+    several times slower (a compile takes minutes on a fresh cache, longer on a busy machine)."""
+    started = time.monotonic()
+    model.compile_trees(compiled_dir)
+    compiled = sum(1 for trees in model.trees_.values() if isinstance(trees, CompiledTrees))
+    log.info("model %s: %d of %d boosters serve compiled trees (%.1f s)", version, compiled,
+             len(model.trees_), time.monotonic() - started)
 
 
 class ModelFollower:
@@ -93,7 +104,8 @@ class ModelFollower:
         metrics.MODEL.info({"version": ann.model_version})
         log.info("model %s -> %s", previous.version, ann.model_version)
         if isinstance(model, LightGBMThroughput):
-            self.compiling = threading.Thread(target=model.compile_trees, args=(self.compiled_dir,),
+            self.compiling = threading.Thread(target=compile_and_report,
+                                              args=(model, self.compiled_dir, ann.model_version),
                                               name="leap-compile-trees", daemon=True)
             self.compiling.start()
 

@@ -304,12 +304,15 @@ def test_served_model_without_a_compiler_predicts_with_lightgbm(tiny: tuple[Ligh
 
 
 def test_the_model_follower_compiles_an_announced_model(tiny: tuple[LightGBMThroughput, Examples],
-                                                        settings: Settings, tmp_path: Path) -> None:
-    """A promoted model is swapped in first, then its trees are compiled into ``home / "compiled"``."""
+                                                        settings: Settings, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A promoted model is swapped in first, then its trees are compiled into ``home / "compiled"``,
+    and the log says when they serve."""
     model, ex = tiny
     record = Registry(tmp_path / "registry").save(model, {"metrics": {}}, version="lgbm-compiled-test")
     holder = ModelHolder(lookup_fallback())
     follower = ModelFollower(dataclasses.replace(settings, home=tmp_path), Registry(tmp_path / "registry"), holder)
+    caplog.set_level(logging.INFO, "leap.reload")
     try:
         follower._apply(ModelAnnouncement(
             schema_version=SCHEMA_VERSION, event_id="model:compiled-test", event_time=time.time(),
@@ -321,6 +324,7 @@ def test_the_model_follower_compiles_an_announced_model(tiny: tuple[LightGBMThro
         assert all(isinstance(t, CompiledTrees) and t.path.parent == tmp_path / "compiled"
                    for t in served.trees_.values()) and set(served.trees_) == {"main", "base"}
         np.testing.assert_allclose(served.predict(ex.rows), model.predict(ex.rows), rtol=RTOL, atol=0, equal_nan=True)
+        assert f"model {record.version}: 2 of 2 boosters serve compiled trees" in caplog.text
     finally:
         follower.consumer.close()
 
