@@ -99,9 +99,12 @@ class _Window:
 
 @dataclass(slots=True)
 class _PairWindow:
-    """A pair field's window: entries ``(time, id, parsed observation)``, ordered as window.lua orders them."""
+    """A pair field's window, ordered by ``(time, id)`` as window.lua orders it: the keys and the
+    parsed observations in two parallel lists (a key function in the search cost more than the
+    search)."""
 
-    entries: list[tuple[float, str, Observation]] = field(default_factory=list)
+    keys: list[tuple[float, str]] = field(default_factory=list)
+    values: list[Observation] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
     _observed: list[Observation] | None = None  # cached: read far more often than written
 
@@ -109,15 +112,19 @@ class _PairWindow:
         if eid in self.ids:
             return
         self._observed = None
-        bisect.insort(self.entries, (time, eid, value), key=lambda e: (e[0], e[1]))
+        key = (time, eid)
+        at = bisect.bisect_right(self.keys, key)  # after equal keys, as insort did
+        self.keys.insert(at, key)
+        self.values.insert(at, value)
         self.ids.add(eid)
-        while len(self.entries) > PAIR_WINDOW:
-            self.ids.discard(self.entries.pop(0)[1])
+        while len(self.keys) > PAIR_WINDOW:
+            self.ids.discard(self.keys.pop(0)[1])
+            del self.values[0]
 
     def observed(self) -> list[Observation]:
         """The observations in window order (one list, shared by readers until the next insert)."""
         if self._observed is None:
-            self._observed = [e[2] for e in self.entries]
+            self._observed = self.values.copy()
         return self._observed
 
 
