@@ -6,7 +6,8 @@ Both are lognormal and independent of everything the submission says:
 * **model type x architecture** (:func:`model_architecture_effect`): kernels of a model type
   that happen to suit an architecture's libraries and compiler, or not. Fixed for the
   simulator (drawn once, from a seed of its own), shared by every job of the model type on
-  every part of the architecture; part of the law, which the backtest's ceiling may know.
+  every part of the architecture; part of the law, which the backtest's ceiling knows from the
+  first finish of a job of the model type on the architecture.
 * **job x hardware** (:func:`job_hardware_factor`): the job's own code on each part: its input
   pipeline, custom kernels, memory pressure. Drawn per job; a job's history reveals it only on
   the hardware it ran on.

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from fleet.arrays import FRAMEWORKS, F, HardwareArrays, I, JobConfig, hardware_arrays
 from fleet.changes import change_kind
+from fleet.effects import model_architecture_effect
 from fleet.engine import (
     DAY,
     MAX_RUN_H,
@@ -325,7 +326,8 @@ def _oracle_table(h: History, hw: HardwareArrays, labels: dict[str, np.ndarray])
 
     ``oracle_throughput`` = ``min(law_throughput x job_factor x job_hardware_factor, input_cap)``
     (NaN cap: none), all whole-job samples/s at the attempt's configuration; ``law_throughput``
-    includes the model type's effect on the part's architecture.
+    includes the model type's effect on the part's architecture, ``architecture_effect`` (so the
+    backtest's ceiling can leave it out where no earlier job revealed it).
     """
     jobs, j = h.jobs, h.row
     rows, cols = np.nonzero(jobs.eligible[j])
@@ -339,6 +341,7 @@ def _oracle_table(h: History, hw: HardwareArrays, labels: dict[str, np.ndarray])
             "hardware": pa.array(np.array(hw.names, dtype=object)[cols], pa.string()),
             "oracle_throughput": pa.array(jobs.oracle[r, cols]),
             "law_throughput": pa.array(jobs.law[r, cols]),
+            "architecture_effect": pa.array(model_architecture_effect()[jobs.cfg.model[r], cols]),
             "job_factor": pa.array(jobs.factor[r]),
             "job_hardware_factor": pa.array(jobs.job_hardware[r, cols]),
             "input_cap": pa.array(np.where(np.isinf(cap), np.nan, cap), from_pandas=True),

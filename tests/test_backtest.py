@@ -90,6 +90,52 @@ def test_ceiling_rules() -> None:
     assert pred.tolist() == pytest.approx([7.0, 7.5, 20.0, 7.5])
 
 
+def test_the_ceiling_knows_an_architecture_effect_only_once_a_finish_revealed_it() -> None:
+    """A model type's effect on an architecture counts for the ceiling from its first finish there."""
+    rows = {
+        "prior_same_n": np.zeros(3), "prior_same_log": np.full(3, np.nan),
+        "prior_other_n": np.zeros(3), "prior_other_log": np.full(3, np.nan),
+        "prior_hw": np.array(["none"] * 3, dtype=object),
+        "hardware": np.array(["TPU-v5e", "TPU-v5e", "H100-SXM"], dtype=object),
+    }
+    # The law includes the model type's effect: 0.5 on TPUs for bert, 2.0 on Hopper for bert.
+    law = {("a0", "TPU-v5e"): 40.0, ("a1", "TPU-v5e"): 40.0, ("a2", "H100-SXM"): 80.0}
+    effect = {("a0", "TPU-v5e"): 0.5, ("a1", "TPU-v5e"): 0.5, ("a2", "H100-SXM"): 2.0}
+    tables = OracleTables(
+        throughput={}, law=law, cap={}, finished={}, submitted={"a0": ("j0", 10.0), "a1": ("j1", 30.0),
+                                                                  "a2": ("j2", 30.0)},
+        architecture_effect=effect,
+        # a bert job finished on a part of the TPU architecture at t = 20, none on Hopper
+        revealed={("bert", "tpu"): 20.0, ("bert", "ampere"): 1.0},
+        model_type={"a0": "bert", "a1": "bert", "a2": "bert"},
+        architecture={"TPU-v5e": "tpu", "H100-SXM": "hopper"},
+    )
+    attempts = np.array(["a0", "a1", "a2"], dtype=object)
+    hidden = tables.unrevealed(attempts, rows["hardware"])
+    assert hidden.tolist() == [True, False, True]
+    pred = ceiling_predictions(rows, attempts, np.ones(3), tables)
+    # a0 was submitted before the TPU finish: the law without the effect; a1 after it: the law
+    assert pred.tolist() == pytest.approx([80.0, 40.0, 40.0])
+    knowing = ceiling_predictions(rows, attempts, np.ones(3), tables, knows_every_effect=True)
+    assert knowing.tolist() == pytest.approx([40.0, 40.0, 80.0])
+
+
+def test_the_oracle_table_says_which_part_of_the_law_is_the_architecture_effect(history: Path) -> None:
+    """``law_throughput`` / ``architecture_effect`` is the law without the model type's effect."""
+    from training.dataset import read_history
+
+    h = read_history(history)
+    assert h.oracle is not None
+    effect = h.oracle.column("architecture_effect").to_numpy()
+    assert np.all(effect > 0) and np.std(np.log(effect)) > 0.05
+    tables = OracleTables.read(h)
+    # every measured finish reveals its model type on its architecture no later than it happened
+    assert tables.revealed and all(t >= 0 for t in tables.revealed.values())
+    first = next(iter(tables.finished.values()))[0]
+    key = (tables.model_type[first[1]], tables.architecture[first[2]])
+    assert tables.revealed[key] <= first[0]
+
+
 def test_plot_report(result: dict[str, Any], tmp_path: Path) -> None:
     paths = plot_report(result, tmp_path)
     assert {p.name for p in paths} >= {"accuracy_per_day.png", "predicted_vs_actual.png"}

@@ -136,7 +136,7 @@ def backtest_alternatives(
     """
     catalogue = catalogue or load_catalogue()
     history, ex, first_test = _examples(history_dir, examples, days, catalogue, progress, pick_sample)
-    oracle = OracleTables.read(history)
+    oracle = OracleTables.read(history, catalogue)
     per_day = []
     for d in range(days):
         night = score_night(ex, first_test + d * DAY, window_days, models, oracle, catalogue, seed, progress)
