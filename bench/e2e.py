@@ -59,6 +59,7 @@ from services.processes import ROOT as SERVICES_ROOT
 from services.workers import WorkerProcess, worker_env
 from streams.client import SchedulerClient
 from streams.events import Submission
+from streams.topics import create_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -337,6 +338,11 @@ def bench_e2e(
     """
     began = time.perf_counter()
     with private_services(settings, say) if private else nullcontext(settings) as used:
+        if not private:
+            # On services whose topics were never created (`leap services up` alone) a run got no
+            # ranking within its start-up timeout and failed; with the topics created it ran.
+            # Creating them is a no-op where they exist.
+            create_topics(used)
         per_engine, extra, prefix, w = _measure(used, load, role, warm, startup_timeout, seed, engine, model_dir)
     params = {"rate": load.rate, "duration_s": load.duration, "window": load.window if load.rate <= 0 else None,
               "drain_s": load.drain, "role": role, "engine": engine, "model_dir": str(model_dir) if model_dir else None,
