@@ -121,7 +121,8 @@ def test_the_ceiling_knows_an_architecture_effect_only_once_a_finish_revealed_it
 
 
 def test_the_oracle_table_says_which_part_of_the_law_is_the_architecture_effect(history: Path) -> None:
-    """``law_throughput`` / ``architecture_effect`` is the law without the model type's effect."""
+    """The simulator writes each candidate's architecture effect (spread across model types), and
+    every measured finish reveals its model type on its architecture no later than it happened."""
     from training.dataset import read_history
 
     h = read_history(history)
@@ -129,7 +130,6 @@ def test_the_oracle_table_says_which_part_of_the_law_is_the_architecture_effect(
     effect = h.oracle.column("architecture_effect").to_numpy()
     assert np.all(effect > 0) and np.std(np.log(effect)) > 0.05
     tables = OracleTables.read(h)
-    # every measured finish reveals its model type on its architecture no later than it happened
     assert tables.revealed and all(t >= 0 for t in tables.revealed.values())
     first = next(iter(tables.finished.values()))[0]
     key = (tables.model_type[first[1]], tables.architecture[first[2]])
