@@ -13,17 +13,21 @@ history has the simulator's oracle table, two references that no model can beat:
 * ``oracle``: the noise-free expected throughput, which includes the job's own speed factor;
 * ``ceiling``: the best a predictor can do *at submission time*: it knows the simulator's law
   exactly (every hardware type's noise-free throughput at the configuration the submission
-  shows and the input caps) and the model type's effect on an architecture once any job of the
+  shows) and the model type's effect on an architecture once any job of the
   model type has finished on a part of that architecture before the submission (before that,
   nothing at submission time reveals it: the ceiling takes the effect's median, 1); of the job
   it knows only what its history shows: the throughput it measured (noise and all) on this
   hardware, else on its most observed other hardware, relative to the law at the configuration
   it was measured at. That measured effect times the law here is the ceiling (the
   job-by-hardware factor of a part the job never ran on is unknown to it); no history: the law.
-  Knowing every such effect from the start instead (the ceiling of earlier versions, and what
-  histories without ``architecture_effect`` in their oracle table still get) changes little: on
-  the README's seed-23 history 0.5% of the test rows meet an effect not revealed yet, and the
-  30-day mean acc@10 moves from 0.7005 to 0.6996.
+  The job's input cap (15% of simulated jobs are input-bound) is the job's own, like its speed
+  factor: the ceiling applies it once a measured attempt of the job ran at it before the
+  submission, and not before.
+  Knowing every architecture effect from the start instead (what histories without
+  ``architecture_effect`` in their oracle table still get) changes little: on the README's
+  seed-23 history 0.5% of the test rows meet an effect not revealed yet. Knowing every job's cap
+  from the start does not: both, the ceiling of earlier versions, give a 30-day mean acc@10 of
+  0.7005; revealed effects and known caps 0.6996; revealed effects and revealed caps 0.6808.
 
 Top-1 and regret use a sample of attempts with every candidate's rows.
 """
@@ -63,7 +67,8 @@ def _oracle_map(history: History, column: str = "oracle_throughput") -> dict[tup
 
 
 def ceiling_predictions(rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray,
-                        tables: OracleTables, knows_every_effect: bool = False) -> np.ndarray:
+                        tables: OracleTables, knows_every_effect: bool = False,
+                        knows_every_cap: bool = False) -> np.ndarray:
     """Per-accelerator predictions of the submission-time ceiling (see the module docstring).
 
     The job's history is what the rows say it is (``prior_same_*`` on this hardware, else
@@ -73,13 +78,17 @@ def ceiling_predictions(rows: Rows, attempt_id: np.ndarray, num_accelerators: np
     the ceiling; without history the effect is 1. The law here leaves out the model type's effect
     on the candidate's architecture while no earlier finish revealed it, unless
     ``knows_every_effect`` (the ceiling of earlier versions). The law where the prior was measured
-    keeps it: the job's own finish there revealed it.
+    keeps it: the job's own finish there revealed it. The input cap, a property of the job like its
+    speed factor, counts once a measured attempt of the job ran at it before the submission
+    (:meth:`OracleTables.cap_revealed`), or always with ``knows_every_cap`` (earlier versions).
     """
     law = tables.look(tables.law, attempt_id, rows["hardware"])
     if not knows_every_effect:
         hidden = tables.unrevealed(attempt_id, rows["hardware"])
         law = np.where(hidden, law / tables.look(tables.architecture_effect, attempt_id, rows["hardware"]), law)
     cap = tables.look(tables.cap, attempt_id, rows["hardware"])
+    if not knows_every_cap:
+        cap = np.where(tables.cap_revealed(attempt_id), cap, np.nan)
     same = rows["prior_same_n"] > 0
     where = np.where(same, rows["hardware"], rows["prior_hw"])
     measured = np.exp(np.where(same, rows["prior_same_log"], rows["prior_other_log"]))
@@ -157,6 +166,8 @@ class OracleTables:
         ``(model type, architecture) -> time`` of the first measured finish of a job of the model
         type on a part of the architecture; ``model_type``: ``attempt_id -> model type``;
         ``architecture``: ``hardware -> architecture``.
+    capped
+        Measured attempts that ran at their job's input cap (their throughput is the cap).
     """
 
     throughput: dict[tuple[str, str], float]
@@ -169,6 +180,7 @@ class OracleTables:
     revealed: dict[tuple[str, str], float] = field(default_factory=dict)
     model_type: dict[str, str] = field(default_factory=dict)
     architecture: dict[str, str] = field(default_factory=dict)
+    capped: frozenset[str] = frozenset()
 
     @classmethod
     def read(cls, history: History, catalogue: Catalogue | None = None) -> OracleTables:
@@ -204,10 +216,14 @@ class OracleTables:
                 revealed[key] = min(at, revealed.get(key, at))
         effect = (_oracle_map(history, "architecture_effect")
                   if "architecture_effect" in history.oracle.column_names else {})
-        return cls(throughput, law, _oracle_map(history, "input_cap"), finished,
+        cap = _oracle_map(history, "input_cap")
+        # min(law x effects, cap) returns the cap itself when it binds (None: no cap)
+        capped = frozenset(a for runs in finished.values() for _, a, hw, _ in runs
+                           if (c := cap.get((a, hw))) is not None and throughput.get((a, hw), 0.0) >= c)
+        return cls(throughput, law, cap, finished,
                    {r["attempt_id"]: (r["job_key"], r["event_time"]) for r in s},
                    {a: n for runs in finished.values() for _, a, _, n in runs},
-                   effect, revealed, model_type, architecture)
+                   effect, revealed, model_type, architecture, capped)
 
     @staticmethod
     def look(table: dict[tuple[str, str], float], keys: np.ndarray, hardware: np.ndarray) -> np.ndarray:
@@ -237,6 +253,14 @@ class OracleTables:
             out[i] = first is None or first >= self.submitted.get(a, ("", 0.0))[1]
         return out
 
+    def cap_revealed(self, attempt_id: np.ndarray) -> np.ndarray:
+        """Per row: a measured attempt of the job ran at its input cap before the attempt was submitted."""
+        out = np.zeros(len(attempt_id), dtype=bool)
+        for i, a in enumerate(attempt_id):
+            job, at = self.submitted.get(a, ("", 0.0))
+            out[i] = any(done < at and earlier in self.capped for done, earlier, _, _ in self.finished.get(job, []))
+        return out
+
     def look_accelerators(self, attempts: np.ndarray) -> np.ndarray:
         """Accelerators of each attempt (NaN for None)."""
         return np.array([self.accelerators.get(a, np.nan) if a is not None else np.nan for a in attempts],
@@ -249,9 +273,9 @@ class OracleTables:
         return orc / test.num_accelerators
 
     def ceiling(self, rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray,
-                knows_every_effect: bool = False) -> np.ndarray:
+                knows_every_effect: bool = False, knows_every_cap: bool = False) -> np.ndarray:
         """:func:`ceiling_predictions` with these tables."""
-        return ceiling_predictions(rows, attempt_id, num_accelerators, self, knows_every_effect)
+        return ceiling_predictions(rows, attempt_id, num_accelerators, self, knows_every_effect, knows_every_cap)
 
     def ceiling_picker(self, sub: Submission, rows: Rows) -> np.ndarray:
         """The ceiling for every candidate row of one submission (a :data:`Picker`)."""
