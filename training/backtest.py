@@ -12,22 +12,16 @@ history has the simulator's oracle table, two references that no model can beat:
 
 * ``oracle``: the noise-free expected throughput, which includes the job's own speed factor;
 * ``ceiling``: the best a predictor can do *at submission time*: it knows the simulator's law
-  exactly (every hardware type's noise-free throughput at the configuration the submission
-  shows) and the model type's effect on an architecture once any job of the
-  model type has finished on a part of that architecture before the submission (before that,
-  nothing at submission time reveals it: the ceiling takes the effect's median, 1); of the job
-  it knows only what its history shows: the throughput it measured (noise and all) on this
-  hardware, else on its most observed other hardware, relative to the law at the configuration
-  it was measured at. That measured effect times the law here is the ceiling (the
-  job-by-hardware factor of a part the job never ran on is unknown to it); no history: the law.
-  The job's input cap (15% of simulated jobs are input-bound) is the job's own, like its speed
-  factor: the ceiling applies it once a measured attempt of the job ran at it before the
-  submission, and not before.
-  Knowing every architecture effect from the start instead (what histories without
-  ``architecture_effect`` in their oracle table still get) changes little: on the README's
-  seed-23 history 0.5% of the test rows meet an effect not revealed yet. Knowing every job's cap
-  from the start does not: both, the ceiling of earlier versions, give a 30-day mean acc@10 of
-  0.7005; revealed effects and known caps 0.6996; revealed effects and revealed caps 0.6808.
+  exactly (every hardware type's noise-free throughput at the submission's configuration), a
+  model type's effect on an architecture once a job of the type finished on that architecture
+  before the submission (before: the effect's median, 1), and of the job only what its history
+  shows: its measured throughput (noise and all) here, else on its most observed other
+  hardware, relative to the law at the configuration it was measured at, times the law here;
+  no history: the law. The job's input cap (15% of simulated jobs) is the job's own, like its
+  speed factor: applied once a measured attempt of the job ran at it before the submission.
+  Seed-23 history (README), 30-day mean acc@10: every effect and cap known from the start (earlier
+  versions; histories without ``architecture_effect`` know every effect) 0.7005, effects as
+  revealed 0.6996, caps as revealed too 0.6808.
 
 Top-1 and regret use a sample of attempts with every candidate's rows.
 """
@@ -78,9 +72,8 @@ def ceiling_predictions(rows: Rows, attempt_id: np.ndarray, num_accelerators: np
     the ceiling; without history the effect is 1. The law here leaves out the model type's effect
     on the candidate's architecture while no earlier finish revealed it, unless
     ``knows_every_effect`` (the ceiling of earlier versions). The law where the prior was measured
-    keeps it: the job's own finish there revealed it. The input cap, a property of the job like its
-    speed factor, counts once a measured attempt of the job ran at it before the submission
-    (:meth:`OracleTables.cap_revealed`), or always with ``knows_every_cap`` (earlier versions).
+    keeps it: the job's own finish there revealed it. The job's input cap counts once a measured
+    attempt of it ran at the cap (:meth:`OracleTables.cap_revealed`), or always: ``knows_every_cap``.
     """
     law = tables.look(tables.law, attempt_id, rows["hardware"])
     if not knows_every_effect:
