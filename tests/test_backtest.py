@@ -85,7 +85,7 @@ def test_ceiling_rules() -> None:
                 "j4": [(5.0, "e4", "A100-80GB", 4)]}
     tables = OracleTables(throughput={("e4", "A100-80GB"): 20.0}, law=law, cap=cap, finished=finished,
                           submitted={f"a{i}": (f"j{i}", 10.0) for i in range(5)},
-                          accelerators={"e0": 2, "e1": 4, "late": 4, "e4": 4}, capped=frozenset({"e4"}))
+                          accelerators={"e0": 2, "e1": 4, "late": 4, "e4": 4})
     attempts = np.array([f"a{i}" for i in range(5)], dtype=object)
     assert tables.cap_revealed(attempts).tolist() == [False, False, False, False, True]
     pred = ceiling_predictions(rows, attempts, np.full(5, 4.0), tables)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +160,6 @@ class OracleTables:
         ``(model type, architecture) -> time`` of the first measured finish of a job of the model
         type on a part of the architecture; ``model_type``: ``attempt_id -> model type``;
         ``architecture``: ``hardware -> architecture``.
-    capped
-        Measured attempts that ran at their job's input cap (their throughput is the cap).
     """
 
     throughput: dict[tuple[str, str], float]
@@ -173,7 +172,6 @@ class OracleTables:
     revealed: dict[tuple[str, str], float] = field(default_factory=dict)
     model_type: dict[str, str] = field(default_factory=dict)
     architecture: dict[str, str] = field(default_factory=dict)
-    capped: frozenset[str] = frozenset()
 
     @classmethod
     def read(cls, history: History, catalogue: Catalogue | None = None) -> OracleTables:
@@ -209,14 +207,10 @@ class OracleTables:
                 revealed[key] = min(at, revealed.get(key, at))
         effect = (_oracle_map(history, "architecture_effect")
                   if "architecture_effect" in history.oracle.column_names else {})
-        cap = _oracle_map(history, "input_cap")
-        # min(law x effects, cap) returns the cap itself when it binds (None: no cap)
-        capped = frozenset(a for runs in finished.values() for _, a, hw, _ in runs
-                           if (c := cap.get((a, hw))) is not None and throughput.get((a, hw), 0.0) >= c)
-        return cls(throughput, law, cap, finished,
+        return cls(throughput, law, _oracle_map(history, "input_cap"), finished,
                    {r["attempt_id"]: (r["job_key"], r["event_time"]) for r in s},
                    {a: n for runs in finished.values() for _, a, _, n in runs},
-                   effect, revealed, model_type, architecture, capped)
+                   effect, revealed, model_type, architecture)
 
     @staticmethod
     def look(table: dict[tuple[str, str], float], keys: np.ndarray, hardware: np.ndarray) -> np.ndarray:
@@ -245,6 +239,12 @@ class OracleTables:
             first = self.revealed.get((self.model_type.get(a, ""), self.architecture.get(h, h)))
             out[i] = first is None or first >= self.submitted.get(a, ("", 0.0))[1]
         return out
+
+    @cached_property
+    def capped(self) -> frozenset[str]:
+        """Measured attempts that ran at their job's input cap (min(law x effects, cap) is the cap)."""
+        return frozenset(a for runs in self.finished.values() for _, a, hw, _ in runs
+                         if (c := self.cap.get((a, hw))) is not None and self.throughput.get((a, hw), 0.0) >= c)
 
     def cap_revealed(self, attempt_id: np.ndarray) -> np.ndarray:
         """Per row: a measured attempt of the job ran at its input cap before the attempt was submitted."""
