@@ -341,3 +341,18 @@ def test_a_replay_ranks_with_the_compiled_trees(tiny: tuple[LightGBMThroughput, 
     assert isinstance(served, LightGBMThroughput) and set(served.trees_) == {"main", "base"}
     assert all(isinstance(t, CompiledTrees) and t.path.parent == home.compiled_dir for t in served.trees_.values())
     np.testing.assert_allclose(served.predict(ex.rows), model.predict(ex.rows), rtol=RTOL, atol=0, equal_nan=True)
+
+
+def test_the_demo_fills_the_cache_before_its_workers_start(tiny: tuple[LightGBMThroughput, Examples],
+                                                          settings: Settings, tmp_path: Path) -> None:
+    """`leap demo` compiles the served model's trees before the clock starts: a worker stopped by a
+    short run would otherwise leave the cache empty, and every run would serve beside a compiler."""
+    from leap.demo import compile_before_serving
+
+    model, _ = tiny
+    home = dataclasses.replace(settings, home=tmp_path)
+    Registry(home.registry_dir).save(model, {"metrics": {}}, version="lgbm-demo-test")
+    compile_before_serving(home, "lgbm-demo-test")
+    for booster in (model.booster_, model.base_):
+        assert booster is not None and library_path(booster, home.compiled_dir).is_file()
+    compile_before_serving(home, "lookup")  # the baseline has no trees: nothing to do, no error
