@@ -110,6 +110,7 @@ def ensure_model(settings: Settings, model: str) -> str:
     """Make ``model`` current: ``auto`` keeps a promoted LightGBM model or trains one on a
     simulated history; ``lookup`` switches to the baseline; anything else is a registered version."""
     from fleet.history import simulate, write_history
+    from predictor.models import BASELINES
     from predictor.registry import Registry
     from predictor.reload import announce
     from training.nightly import promote_and_announce
@@ -117,7 +118,7 @@ def ensure_model(settings: Settings, model: str) -> str:
 
     registry = Registry(settings.registry_dir)
     current = registry.current()
-    if model == "auto" and current is not None and current not in ("lookup", "transfer"):
+    if model == "auto" and current is not None and current not in BASELINES:
         announce(settings, registry.record(current))  # predictors may have followed something else
         return current
     if model != "auto":
@@ -151,10 +152,8 @@ def compile_before_serving(settings: Settings, version: str) -> None:
     from predictor.lgbm import LightGBMThroughput
     from predictor.registry import Registry
 
-    if version in ("lookup", "transfer"):
-        return
     model = Registry(settings.registry_dir).load(version)
-    if not isinstance(model, LightGBMThroughput):
+    if not isinstance(model, LightGBMThroughput):  # a baseline: no trees
         return
     t0 = time.monotonic()
     model.compile_trees(settings.compiled_dir)

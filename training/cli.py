@@ -133,12 +133,13 @@ def models_promote(
     registry: RegistryOpt = None,
 ) -> None:
     """Make a version current and announce it, if it is not worse than the current one."""
+    from predictor.models import BASELINES
     from predictor.registry import RegistryError
     from training.train import compare_on_holdout
 
     reg = _registry(registry)
     try:
-        reg.record(version) if version not in ("lookup", "transfer") else None
+        reg.record(version) if version not in BASELINES else None
         if not force:
             if history is None:
                 raise _fail("give --history to compare with the current model on the same holdout, or --force")
