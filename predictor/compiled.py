@@ -31,15 +31,18 @@ own ``predict`` is used, with one log line.
 from __future__ import annotations
 
 import _ctypes
+import atexit
 import contextlib
 import ctypes
 import hashlib
 import logging
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -336,7 +339,8 @@ def build_library(source: str, library: Path, compiler: str) -> None:
 
     Written under a temporary name and renamed, so that a process loading it never sees half a
     file and two processes compiling the same model at once both end with a whole one. The
-    source is kept beside the library, to read what was compiled.
+    source is kept beside the library, to read what was compiled. The compiler runs in a process
+    group of its own, so that :func:`stop_compiles` can end it with the programs it starts.
     """
     fd, tmp = tempfile.mkstemp(prefix=".trees-", suffix=".c", dir=library.parent)
     tmp_c = Path(tmp)
@@ -344,11 +348,21 @@ def build_library(source: str, library: Path, compiler: str) -> None:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(source)
-        done = subprocess.run([compiler, *CFLAGS, "-o", str(tmp_so), str(tmp_c)], capture_output=True, text=True,
-                              timeout=COMPILE_TIMEOUT_S, check=False)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
-            raise OSError(f"{compiler} exited with {done.returncode}: {last}")
+        proc = subprocess.Popen([compiler, *CFLAGS, "-o", str(tmp_so), str(tmp_c)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        with _RUNNING_LOCK:
+            _RUNNING[proc.pid] = (proc, (tmp_c, tmp_so))
+        try:
+            _, err = proc.communicate(timeout=COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.pop(proc.pid, None)
+        if proc.returncode != 0:
+            last = (err.strip().splitlines() or ["no output"])[-1][:200]
+            raise OSError(f"{compiler} exited with {proc.returncode}: {last}")
         os.replace(tmp_so, library)
         os.replace(tmp_c, library.with_suffix(".c"))
     finally:
@@ -356,12 +370,42 @@ def build_library(source: str, library: Path, compiler: str) -> None:
         tmp_so.unlink(missing_ok=True)
 
 
+#: Compilers running now, by pid, with their temporary files (:func:`stop_compiles`).
+_RUNNING: dict[int, tuple[subprocess.Popen[str], tuple[Path, Path]]] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """End a compiler and what it started (``cc`` runs ``cc1`` and ``as``), and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+@atexit.register
+def stop_compiles() -> None:
+    """Kill the compilers this process still runs and remove their temporary files.
+
+    A worker compiles in a daemon thread, which is dropped at exit without its clean-up: without
+    this, a worker stopped mid-compile left the compiler running and its temporary files behind.
+    Registered to run at exit; a process killed outright leaves them to :func:`prune`.
+    """
+    with _RUNNING_LOCK:
+        running = list(_RUNNING.values())
+        _RUNNING.clear()
+    for proc, files in running:
+        _kill_group(proc)
+        for path in files:
+            path.unlink(missing_ok=True)
+
+
 def prune(folder: Path, keep: int = KEEP_LIBRARIES) -> None:
     """Delete all but the ``keep`` most recently used libraries (and their sources) in ``folder``.
     A process that has one loaded keeps it: the file goes, the mapping stays.
 
-    Temporary files older than any compile may run are left-overs of a worker stopped while it
-    compiled (the compile runs in a daemon thread, whose clean-up does not run at exit): gone too.
+    Temporary files older than any compile may run are left-overs of a process killed while it
+    compiled (:func:`stop_compiles` cannot run then): gone too.
     """
     libraries = sorted(folder.glob("trees-*.so"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in libraries[keep:]:

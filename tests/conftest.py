@@ -133,12 +133,15 @@ def worker(
     """One ``leap worker all`` for the session's end-to-end tests.
 
     Its group first skips whatever earlier runs (a demo, another suite) left unread: the tests
-    publish their own events once it answers, and a backlog would only delay that answer.
+    publish their own events once it answers, and a backlog would only delay that answer. Its home
+    is the session's own: the models the tests announce are compiled there, not into the
+    compiled-trees cache of the checkout's demo (whose libraries they would push out).
     """
     from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS, consumer_group, skip_to_end
 
     skip_to_end(settings, consumer_group("all"), (SUBMISSIONS.name, JOB_STARTS.name, JOB_FINISHES.name))
-    proc = WorkerProcess(settings, "all", tmp_path_factory.mktemp("worker") / "worker.log")
+    home = tmp_path_factory.mktemp("worker")
+    proc = WorkerProcess(replace(settings, home=home), "all", home / "worker.log")
     try:
         wait_until_ranking(settings, proc)
         yield proc

@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -237,6 +238,40 @@ def test_a_folder_others_can_write_is_refused(tmp_path: Path, caplog: pytest.Log
     with caplog.at_level(logging.WARNING, "leap.compiled"):
         assert trees_for(booster, shared) is booster
     assert "not private" in caplog.text
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_process_stopping_mid_compile_leaves_no_compiler_and_no_temporary_file(tmp_path: Path) -> None:
+    # A stand-in for cc that, like cc with cc1, runs a program of its own and waits for it.
+    compiler = tmp_path / "slow-cc"
+    pids = tmp_path / "pids"
+    compiler.write_text(f"#!/bin/sh\nsleep 60 &\necho $$ $! > {pids}\nwait\n")
+    compiler.chmod(0o755)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    script = (
+        "import sys, threading, time\n"
+        "from pathlib import Path\n"
+        "from predictor.compiled import build_library\n"
+        f"args = ('int x;', Path({str(cache / 'trees-x.so')!r}), {str(compiler)!r})\n"
+        "threading.Thread(target=build_library, args=args, daemon=True).start()\n"
+        f"while not Path({str(pids)!r}).exists(): time.sleep(0.05)\n"
+        "time.sleep(0.2)\n"  # the shell has written both pids; the process now exits mid-compile
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60, cwd=Path(__file__).parents[1])
+    started = [int(p) for p in pids.read_text().split()]
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in started if _alive(p)], "the compiler or its child outlived the process"
+    assert not list(cache.glob(".trees-*")) and not list(cache.glob("*.so"))
 
 
 @pytest.mark.parametrize("compiler", ["/nonexistent/cc", shutil.which("false") or "false"], ids=["none", "fails"])
