@@ -80,6 +80,16 @@ def choose_blend(base_transfer: np.ndarray, paired: np.ndarray, weight: np.ndarr
     return BLEND_GRID[int(np.argmin(losses))]
 
 
+def choose_blend_on(held: list[Rows], held_y: list[np.ndarray]) -> float:
+    """:func:`choose_blend` on parts of held-out rows with the base model's ratio carried
+    (``base_transfer_log``) and their measured throughput (no parts: the base ratio alone)."""
+    if not held:
+        return math.inf
+    columns = [(r["base_transfer_log"], *paired_transfer(r)) for r in held]
+    base_transfer, paired, weight = (np.concatenate(c) for c in zip(*columns, strict=True))
+    return choose_blend(base_transfer, paired, weight, np.concatenate(held_y))
+
+
 def trust_by_evidence(anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray
                       ) -> dict[str, float]:
     """Per evidence level with enough held-out rows, the share of the correction to apply."""

@@ -37,6 +37,7 @@ import lightgbm as lgb
 import numpy as np
 
 from features.rows import CATEGORICAL, GROUPS, PAIR_COLUMNS, Rows, hardware_table, with_hardware
+from predictor.artifact import artifact_state, load_artifact
 from predictor.boosting import (
     CATEGORY_SETTINGS,
     FEW_ROWS_CATEGORY_SETTINGS,
@@ -51,7 +52,7 @@ from predictor.calibration import (
     EVIDENCE,
     band_by_evidence,
     blend,
-    choose_blend,
+    choose_blend_on,
     evidence_level,
     job_folds,
     paired_transfer,
@@ -62,6 +63,7 @@ from predictor.calibration import (
 from predictor.compiled import TreePredictor, compile_boosters
 from predictor.learned_roofline import LearnedRoofline, usable_rows
 from predictor.models import ThroughputModel, first_finite
+from predictor.selector import fit_selectors, select
 
 __all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidence_level"]
 
@@ -135,6 +137,7 @@ class LightGBMThroughput(ThroughputModel):
         self.base_: lgb.Booster | None = None
         self.roofline_: LearnedRoofline | None = None
         self.trees_: dict[str, TreePredictor] = {}  # compiled boosters by name (compile_trees); absent: LightGBM
+        self.selectors_: dict[str, lgb.Booster] = {}  # by name: which estimate a row serves (predictor.selector)
         self.base_features_: list[str] = []
         self.hardware_specs_: dict[str, dict[str, Any]] = {}
         self.features_: list[str] = []
@@ -245,7 +248,7 @@ class LightGBMThroughput(ThroughputModel):
             and out-of-fold calibration keeps a job's rows together.
         """
         self._check_params()
-        self.trees_ = {}  # compiled from the boosters a refit replaces
+        self.trees_, self.selectors_ = {}, {}  # compiled from the boosters a refit replaces
         y = np.asarray(y, dtype=np.float64)
         self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(rows[c].tolist())))} for c in CATEGORICAL}
         small = len(y) < SMALL_ROWS
@@ -267,14 +270,16 @@ class LightGBMThroughput(ThroughputModel):
             else np.random.default_rng(self.seed).random(len(y)) < HOLDOUT_SHARE
         fit_rows, fit_y = subset(rows, ~held), y[~held]
         self._fit_base(fit_rows, fit_y, None if groups is None else np.asarray(groups)[~held])
-        held_rows, held_y = subset(rows, held), y[held]
+        held_rows, held_y, level = subset(rows, held), y[held], evidence_level(subset(rows, held))
         self.blend_k_ = self._choose_blend([self._with_base(held_rows)], [held_y])
         self._fit_main(fit_rows, fit_y)
-        anchor, correction = self._anchor_and_correction(held_rows)
-        self.trust_by_evidence_, self.band_, self.band_by_evidence_ = \
-            self._calibration(anchor, correction, held_y, evidence_level(held_rows))
+        based = self._with_base(held_rows)  # with the chosen blend
+        anchor, correction = self._anchor_and_correction(based)
+        calibration = self._calibration(anchor, correction, held_y, level)
+        self.trust_by_evidence_, self.band_, self.band_by_evidence_ = calibration
         widest = max(self.band_by_evidence_.values(), key=lambda b: b[1] - b[0])
         self.trust_new_type_, self.band_new_type_ = {}, dict.fromkeys(EVIDENCE, widest)
+        self.selectors_ = fit_selectors(based, self._predict_log(held_rows), held_y, level, self.num_threads, self.seed)
 
     def _fit_out_of_fold(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
         """Score every row with stages fitted on the other folds, calibrate on that, then fit on all.
@@ -324,7 +329,8 @@ class LightGBMThroughput(ThroughputModel):
             part.blend_k_, part.blend_k_new_type_ = self.blend_k_, self.blend_k_new_type_
             part._fit_main(subset(rows, ~held), y[~held])
             held_rows = subset(rows, held)
-            outcome.append((*part._anchor_and_correction(held_rows), y[held], evidence_level(held_rows)))
+            based = part._anchor_and_correction(part._with_base(held_rows))
+            outcome.append((*based, y[held], evidence_level(held_rows)))
         return tuple(np.concatenate(p) for p in zip(*outcome, strict=True)) if outcome else None
 
     def _sibling(self) -> LightGBMThroughput:
@@ -337,11 +343,7 @@ class LightGBMThroughput(ThroughputModel):
 
     def _choose_blend(self, held: list[Rows], held_y: list[np.ndarray]) -> float:
         """The paired ratio's share in the blend, chosen on held-out rows (base ratio alone without pairs)."""
-        if "paired" not in self.feature_groups or not held:
-            return float("inf")
-        columns = [(r["base_transfer_log"], *paired_transfer(r)) for r in held]
-        base_transfer, paired, weight = (np.concatenate(c) for c in zip(*columns, strict=True))
-        return choose_blend(base_transfer, paired, weight, np.concatenate(held_y))
+        return choose_blend_on(held, held_y) if "paired" in self.feature_groups else float("inf")
 
     def _check_params(self) -> None:
         if self.target not in TARGETS:
@@ -416,26 +418,34 @@ class LightGBMThroughput(ThroughputModel):
         return map_values(rows["model_type"], dict.fromkeys(self.model_types_, False), True, bool)
 
     def _anchor_and_correction(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
-        """The anchor and the main model's raw output (its correction, for the residual target)."""
+        """The anchor and the main model's raw output (its correction, for the residual target) of
+        rows with the base model's columns (:meth:`_with_base`)."""
         if self.booster_ is None:
             raise RuntimeError("model is not fitted")
-        rows = self._with_base(rows)
         trees = self.trees_.get("main", self.booster_)
         raw = np.asarray(trees.predict(self._matrix(rows), num_threads=self.predict_threads))
         return self._anchor(rows), raw
 
     def _predict_log(self, rows: Rows) -> np.ndarray:
-        anchor, raw = self._anchor_and_correction(rows)
+        based = self._with_base(rows)
+        anchor, raw = self._anchor_and_correction(based)
+        level = evidence_level(rows)
         if self.target == "residual":
-            level, new = evidence_level(rows), self._is_new_type(rows)
+            new = self._is_new_type(rows)
             raw = raw * np.where(new, restore(self.trust_new_type_, default=0.0)[level],
                                  restore(self.trust_by_evidence_)[level])
-        out = self._from_target(raw, anchor)
-        return np.where(np.isfinite(anchor), out, np.nan)
+        out = np.where(np.isfinite(anchor), self._from_target(raw, anchor), np.nan)
+        if not self.selectors_:
+            return out
+        trees = {name: self.trees_.get(name, booster) for name, booster in self.selectors_.items()}
+        return select(trees, based, out, level, self.predict_threads)
 
     def compile_trees(self, cache_dir: Path, compiler: str | None = None) -> None:
         """Predict with C compiled from the boosters' trees from now on (:mod:`predictor.compiled`): same output."""
-        self.trees_ = compile_boosters({"main": self.booster_, "base": self.base_}, cache_dir, compiler)
+        self.trees_ = compile_boosters(self._boosters(), cache_dir, compiler)
+
+    def _boosters(self) -> dict[str, lgb.Booster | None]:
+        return {"main": self.booster_, "base": self.base_, **self.selectors_}
 
     def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
         if rows is None or not self.band_by_evidence_:
@@ -451,50 +461,16 @@ class LightGBMThroughput(ThroughputModel):
     # ------------------------------------------------------------------ persistence (no pickle)
 
     def state(self) -> dict[str, Any]:
-        return {
-            **super().state(), "params": self.get_params(), "features": self.features_, "vocab": self.vocab_,
-            "band_by_evidence": {k: list(v) for k, v in self.band_by_evidence_.items()},
-            "trust_by_evidence": dict(self.trust_by_evidence_), "size": self.size_,
-            "trust_new_type": dict(self.trust_new_type_), "model_types": sorted(self.model_types_),
-            "band_new_type": {k: list(v) for k, v in self.band_new_type_.items()}, "categories": self.categories_,
-            # JSON has no infinity: None means the base model's ratio alone
-            "blend_k": self.blend_k_ if np.isfinite(self.blend_k_) else None,
-            "blend_k_new_type": self.blend_k_new_type_ if np.isfinite(self.blend_k_new_type_) else None,
-            "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
-            "roofline": self.roofline_.state() if self.roofline_ is not None else None,
-        }
+        return {**super().state(), **artifact_state(self)}
 
     def model_texts(self) -> dict[str, str]:
-        """LightGBM text models by name (``main``, and ``base`` when there is one)."""
+        """LightGBM text models by name (``main``; ``base`` and the selectors when there are some)."""
         if self.booster_ is None:
             raise RuntimeError("model is not fitted")
-        texts = {"main": str(self.booster_.model_to_string())}
-        if self.base_ is not None:
-            texts["base"] = str(self.base_.model_to_string())
-        return texts
+        return {name: str(b.model_to_string()) for name, b in self._boosters().items() if b is not None}
 
     @classmethod
     def from_artifact(cls, state: dict[str, Any], texts: dict[str, str]) -> LightGBMThroughput:
         params = dict(state["params"])
         params["feature_groups"] = tuple(params["feature_groups"])
-        model = cls(**params)
-        model.load_state(state)
-        model.features_ = list(state["features"])
-        model.vocab_ = {c: dict(v) for c, v in state["vocab"].items()}
-        model.band_by_evidence_ = {k: (float(v[0]), float(v[1])) for k, v in state["band_by_evidence"].items()}
-        model.trust_by_evidence_ = {k: float(v) for k, v in state.get("trust_by_evidence", {}).items()}
-        model.blend_k_ = float(state["blend_k"]) if state.get("blend_k") is not None else float("inf")
-        model.blend_k_new_type_ = float(state["blend_k_new_type"]) if state.get("blend_k_new_type") is not None \
-            else float("inf")
-        model.trust_new_type_ = {k: float(v) for k, v in state.get("trust_new_type", {}).items()}
-        model.model_types_ = set(state.get("model_types", model.vocab_.get("model_type", {})))
-        model.band_new_type_ = {k: (float(v[0]), float(v[1])) for k, v in state.get("band_new_type", {}).items()}
-        model.size_ = dict(state.get("size", {})) or {name: getattr(model, name) for name in SMALL_SIZE}
-        model.categories_ = dict(state.get("categories", CATEGORY_SETTINGS))
-        model.base_features_ = list(state.get("base_features", []))
-        model.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}
-        model.booster_ = lgb.Booster(model_str=texts["main"])
-        model.base_ = lgb.Booster(model_str=texts["base"]) if "base" in texts else None
-        roofline = state.get("roofline")
-        model.roofline_ = LearnedRoofline.from_state(roofline) if roofline else None
-        return model
+        return load_artifact(cls(**params).load_state(state), state, texts)

@@ -103,7 +103,7 @@ def test_trust_scales_the_main_models_correction(trained: tuple[LightGBMThroughp
     model, holdout = trained
     assert set(model.trust_by_evidence_) <= set(EVIDENCE)
     assert all(w in TRUST_GRID for w in model.trust_by_evidence_.values())
-    anchor, correction = model._anchor_and_correction(holdout.rows)
+    anchor, correction = model._anchor_and_correction(model._with_base(holdout.rows))
     saved = dict(model.trust_by_evidence_), dict(model.trust_new_type_)
     try:
         for w in (0.0, 1.0):  # model types the training rows lacked have trust of their own
