@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from bench.common import emit
+from bench.common import SERVED_PER_DAY, emit
 from core.settings import Settings
 
 app = typer.Typer(help="Benchmarks that print JSON figures.", no_args_is_help=True, add_completion=False,
@@ -68,7 +68,7 @@ def predict_cmd(
     warm: Warm = 20000,
     batch: Annotated[int, typer.Option(min=1, help="Submissions per rank() call.")] = 500,
     history_days: HistoryDays = 6,
-    history_per_day: HistoryPerDay = 1500,
+    history_per_day: HistoryPerDay = SERVED_PER_DAY,
     trees: Trees = None,
     no_redis: Annotated[bool, typer.Option(help="Also run each model on snapshots read beforehand.")] = True,
     profile: Annotated[Path | None, typer.Option(help="Folder for cProfile dumps (extra untimed pass).")] = None,
@@ -95,7 +95,7 @@ def growth_cmd(
     warm: Warm = 20000,
     memory_attempts: Annotated[int, typer.Option(min=0, help="Attempts written for bytes per job (0: skip).")] = 50000,
     history_days: HistoryDays = 6,
-    history_per_day: HistoryPerDay = 1500,
+    history_per_day: HistoryPerDay = SERVED_PER_DAY,
     trees: Trees = None,
     model: ModelDir = None,
     repeat: Repeat = 3,

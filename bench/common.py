@@ -21,6 +21,11 @@ import orjson
 
 Figures = dict[str, float]
 
+#: Attempts per simulated day of the benchmarks' served model (over 6 days): enough training rows
+#: (:data:`predictor.boosting.HOLDOUT_FROM`) for the held-out tenth and the selectors a fleet's
+#: nightly model has; at 1,500 (earlier runs) the model had neither.
+SERVED_PER_DAY = 5000
+
 
 def _load() -> list[float]:
     try:

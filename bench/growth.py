@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import Figures, freeze_heap, report, say, scratch_prefix, unfreeze_heap
+from bench.common import SERVED_PER_DAY, Figures, freeze_heap, report, say, scratch_prefix, unfreeze_heap
 from bench.predict import PREDICT_BATCH, _pass, _services, served_model, with_candidates
 from bench.stages import Clock
 from bench.workload import Workload, batches, make_workload, seed_store
@@ -94,7 +94,7 @@ def bench_growth(
     submissions: int = 2000,
     warm: int = 20000,
     memory_attempts: int = 50000,
-    history: tuple[int, int] = (6, 1500),
+    history: tuple[int, int] = (6, SERVED_PER_DAY),
     repeat: int = 3,
     seed: int = 0,
     model_dir: Any = None,

@@ -14,7 +14,10 @@ ratios between them are measured side by side:
   predictor serves them; ``lightgbm_booster`` and ``bare_booster`` are the same models with LightGBM's
   own predict (the same predictions: ``compiled_max_abs_diff``), and ``*_compiled_speedup`` the ratios;
 - ``*_no_redis``: the same with snapshots read beforehand (decode, build rows, predict, price,
-  encode).
+  encode);
+- ``lightgbm_unselected``: the served model without its selectors (:mod:`predictor.selector`),
+  compiled, when it has any (a model fitted on 20,000 rows or more): ``selector_cost`` is
+  ``lightgbm_unselected`` over ``lightgbm`` in submissions/s.
 
 ``--candidates N`` gives every submission N candidates (its own first, then the catalogue's),
 the issue's unit being 24.
@@ -32,7 +35,16 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import Figures, freeze_heap, percentiles_ms, report, say, scratch_prefix, unfreeze_heap
+from bench.common import (
+    SERVED_PER_DAY,
+    Figures,
+    freeze_heap,
+    percentiles_ms,
+    report,
+    say,
+    scratch_prefix,
+    unfreeze_heap,
+)
 from bench.model import PlainLightGBM, fit_on_simulated_history, load_fitted, save_fitted
 from bench.stages import Clock, PrefetchedStore, TimedModel, TimedStore, timed_rows
 from bench.workload import Workload, batches, make_workload, seed_store
@@ -150,6 +162,9 @@ def run_once(services: dict[str, RankingService], clock: Clock, raw_batches: Seq
     figures["served_submissions_per_s"] = figures["lightgbm_submissions_per_s"]
     if "bare_submissions_per_s" in figures:
         figures["served_over_bare"] = figures["lightgbm_submissions_per_s"] / figures["bare_submissions_per_s"]
+    if "lightgbm_unselected_submissions_per_s" in figures:
+        unselected = figures["lightgbm_unselected_submissions_per_s"]
+        figures["selector_cost"] = unselected / figures["lightgbm_submissions_per_s"]
     for name in ("lightgbm", "bare"):
         if f"{name}_booster_submissions_per_s" in figures:
             figures[f"{name}_compiled_speedup"] = (figures[f"{name}_submissions_per_s"]
@@ -229,6 +244,10 @@ def bench_models(model: LightGBMThroughput, rows_all: dict[str, np.ndarray], cac
     models = {"lookup": lookup_fallback(), "lightgbm": ActiveModel(model, "bench-lightgbm"),
               "lightgbm_booster": ActiveModel(served_booster, "bench-lightgbm"),
               "bare": ActiveModel(plain, "bench-plain"), "bare_booster": ActiveModel(plain_booster, "bench-plain")}
+    if model.selectors_:
+        unselected = copy.copy(model)
+        unselected.selectors_ = {}
+        models["lightgbm_unselected"] = ActiveModel(unselected, "bench-lightgbm")
     return models, float(np.nanmax(diff, initial=0.0))
 
 
@@ -249,7 +268,7 @@ def bench_predict(
     submissions: int = 5000,
     warm: int = 20000,
     batch: int = PREDICT_BATCH,
-    history: tuple[int, int] = (6, 1500),
+    history: tuple[int, int] = (6, SERVED_PER_DAY),
     trees: int | None = None,
     no_redis: bool = True,
     repeat: int = 3,
