@@ -26,6 +26,11 @@ split-conformal **band**; all of it apart for model types the training data lack
 is scored out of fold (by job, and by model type) and the stages are then fitted on all rows,
 with LightGBM's category settings for few rows and, below :data:`SMALL_ROWS`, small slow trees
 (:mod:`predictor.boosting`).
+
+With the held-out tenth, **selectors** are fitted on it too (:mod:`predictor.selector`): per
+evidence level with history, which of the row's estimates (the prediction, the carried priors, the
+prior itself, the job's median or newest measurement here) is likeliest to land within 10%; the
+row serves that one. Rows without history, and models fitted out of fold, keep the prediction.
 """
 
 from __future__ import annotations
@@ -270,7 +275,8 @@ class LightGBMThroughput(ThroughputModel):
             else np.random.default_rng(self.seed).random(len(y)) < HOLDOUT_SHARE
         fit_rows, fit_y = subset(rows, ~held), y[~held]
         self._fit_base(fit_rows, fit_y, None if groups is None else np.asarray(groups)[~held])
-        held_rows, held_y, level = subset(rows, held), y[held], evidence_level(subset(rows, held))
+        held_rows, held_y = subset(rows, held), y[held]
+        level = evidence_level(held_rows)
         self.blend_k_ = self._choose_blend([self._with_base(held_rows)], [held_y])
         self._fit_main(fit_rows, fit_y)
         based = self._with_base(held_rows)  # with the chosen blend
@@ -329,8 +335,8 @@ class LightGBMThroughput(ThroughputModel):
             part.blend_k_, part.blend_k_new_type_ = self.blend_k_, self.blend_k_new_type_
             part._fit_main(subset(rows, ~held), y[~held])
             held_rows = subset(rows, held)
-            based = part._anchor_and_correction(part._with_base(held_rows))
-            outcome.append((*based, y[held], evidence_level(held_rows)))
+            anchor_correction = part._anchor_and_correction(part._with_base(held_rows))
+            outcome.append((*anchor_correction, y[held], evidence_level(held_rows)))
         return tuple(np.concatenate(p) for p in zip(*outcome, strict=True)) if outcome else None
 
     def _sibling(self) -> LightGBMThroughput:
@@ -445,6 +451,7 @@ class LightGBMThroughput(ThroughputModel):
         self.trees_ = compile_boosters(self._boosters(), cache_dir, compiler)
 
     def _boosters(self) -> dict[str, lgb.Booster | None]:
+        """Every booster by name: what is compiled and saved."""
         return {"main": self.booster_, "base": self.base_, **self.selectors_}
 
     def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
