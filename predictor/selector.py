@@ -25,6 +25,7 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 
+from core.accuracy import hits
 from features.rows import Rows
 from predictor.calibration import EVIDENCE, subset
 from predictor.compiled import TreePredictor
@@ -84,12 +85,10 @@ def fit_selectors(rows: Rows, served: np.ndarray, y: np.ndarray, level: np.ndarr
     out = {}
     for k, name in enumerate(EVIDENCE):
         sel = (level == k) & np.isfinite(served) & (y > 0)
-        if name not in CANDIDATES:
-            continue
-        if sel.sum() < MIN_ROWS:
+        if name not in CANDIDATES or sel.sum() < MIN_ROWS:
             continue
         values, x = stacked(subset(rows, sel), served[sel], name)
-        hit = np.abs(np.expm1(values - np.log(y[sel])[:, None])) <= TOLERANCE + 1e-9
+        hit = hits(np.exp(values), y[sel][:, None], TOLERANCE)
         known = np.isfinite(values).ravel()
         data = lgb.Dataset(x[known], label=hit.ravel()[known].astype(np.float64), categorical_feature=[0])
         params = {**PARAMS, "num_threads": num_threads, "seed": seed}
