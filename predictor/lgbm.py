@@ -285,7 +285,8 @@ class LightGBMThroughput(ThroughputModel):
         self.trust_by_evidence_, self.band_, self.band_by_evidence_ = calibration
         widest = max(self.band_by_evidence_.values(), key=lambda b: b[1] - b[0])
         self.trust_new_type_, self.band_new_type_ = {}, dict.fromkeys(EVIDENCE, widest)
-        self.selectors_ = fit_selectors(based, self._predict_log(held_rows), held_y, level, self.num_threads, self.seed)
+        served = self._predict_based(based, level)  # before any selector: the prediction itself
+        self.selectors_ = fit_selectors(based, served, held_y, level, self.num_threads, self.seed)
 
     def _fit_out_of_fold(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
         """Score every row with stages fitted on the other folds, calibrate on that, then fit on all.
@@ -433,11 +434,13 @@ class LightGBMThroughput(ThroughputModel):
         return self._anchor(rows), raw
 
     def _predict_log(self, rows: Rows) -> np.ndarray:
-        based = self._with_base(rows)
+        return self._predict_based(self._with_base(rows), evidence_level(rows))
+
+    def _predict_based(self, based: Rows, level: np.ndarray) -> np.ndarray:
+        """:meth:`_predict_log` of rows that already have the base model's columns."""
         anchor, raw = self._anchor_and_correction(based)
-        level = evidence_level(rows)
         if self.target == "residual":
-            new = self._is_new_type(rows)
+            new = self._is_new_type(based)
             raw = raw * np.where(new, restore(self.trust_new_type_, default=0.0)[level],
                                  restore(self.trust_by_evidence_)[level])
         out = np.where(np.isfinite(anchor), self._from_target(raw, anchor), np.nan)
