@@ -17,7 +17,7 @@ from fleet.history import simulate, write_history
 from leap.cli import app
 from training import alternatives as alt
 from training.alternatives.preprocess import ANCHOR_COLUMNS, Preprocessor, anchor
-from training.alternatives.report import merge
+from training.alternatives.report import markdown, merge
 from training.dataset import Examples, build_examples, read_history
 from training.days import parse_day
 
@@ -234,3 +234,44 @@ def test_merge_refuses_different_folds_and_seeds() -> None:
         merge([result(1, 5, "a"), result(2, 5, "b")])
     with pytest.raises(ValueError, match="nothing to merge"):
         merge([])
+
+
+def _simulated(model: str, seed: int = 0, data_hash: str = "h", pick_sample: int = 1500) -> dict[str, Any]:
+    """A saved simulator backtest of one model over two nights, in the shape ``run_simulated`` writes."""
+    figures = {"acc@10": 0.5, "top1": 0.4, "regret": 0.3, "fit_s": 1.0, "pick_sample": pick_sample}
+    per_day = [{"day": day, "train_rows": 100, "test_rows": 10, "candidate_rows": 20 * pick_sample,
+                model: {**figures}, "by_evidence": {"same": {"share": 0.6, model: 0.9}}}
+               for day in ("2025-01-01", "2025-01-02")]
+    sim = {"history": "H", "data_hash": data_hash, "days": 2, "window_days": 30, "seed": seed,
+           "pick_sample": pick_sample, "models": [model], "mean": {model: figures},
+           "by_evidence": {"same": {"share": 0.6, model: 0.9}}, "per_day": per_day}
+    return {"models": [model], "seed": seed, "simulator": sim, "tables": {}}
+
+
+def test_merge_joins_backtests_of_the_same_nights() -> None:
+    # Cheap models ranked in full on 1,500 submissions a day, a language model on 200: one report.
+    merged = merge([_simulated("served"), _simulated("lm", pick_sample=200)])
+    sim = merged["simulator"]
+    assert sim["models"] == ["served", "lm"] and set(sim["mean"]) == {"served", "lm"}
+    assert sim["by_evidence"]["same"] == {"share": 0.6, "served": 0.9, "lm": 0.9}
+    for day in sim["per_day"]:
+        assert "candidate_rows" not in day  # they differ: each model keeps its own
+        assert day["served"]["candidate_rows"] == 30_000 and day["lm"]["candidate_rows"] == 4_000
+        assert set(day["by_evidence"]["same"]) == {"share", "served", "lm"}
+    text = markdown(merged)
+    assert "| served |" in text and "| lm |" in text
+    assert "submissions ranked in full a day (served: 1,500; lm: 200)" in text
+    # Same sample: no note, the day keeps one count.
+    same = merge([_simulated("a"), _simulated("b")])
+    assert same["simulator"]["per_day"][0]["candidate_rows"] == 30_000
+    assert "ranked in full a day" not in markdown(same)
+
+
+@pytest.mark.parametrize(("other", "message"), [
+    (_simulated("lm", data_hash="other"), "data_hash differ"),
+    (_simulated("lm", seed=1), "different seeds"),
+    (_simulated("served"), "served in more than one result"),
+])
+def test_merge_refuses_backtests_of_other_nights(other: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        merge([_simulated("served"), other])

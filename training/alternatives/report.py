@@ -45,13 +45,15 @@ def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
     Runs of different models on the same tables (e.g. the cheap models in one invocation, the
     language models in others) become one report. Their folds must be the same: each table's
-    rows, jobs and seed, and each protocol's fold count and rows per evidence level must be equal,
-    and a (dataset, model) may come from one result only. Run seconds are summed.
+    rows, jobs and seed, and each protocol's fold count and rows per evidence level must be equal;
+    simulator backtests must share the history, nights, window and seed (the ranked sample may
+    differ: each model keeps its own ``pick_sample``). A (dataset, model) may come from one result
+    only. Run seconds are summed.
 
     Raises
     ------
     ValueError
-        No results, different seeds, two simulator backtests, different folds or a model twice.
+        No results, different seeds, other nights or history, different folds or a model twice.
     """
     if not results:
         raise ValueError("nothing to merge: give one or more results")
@@ -59,10 +61,10 @@ def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if len(seeds) != 1:
         raise ValueError(f"results of different seeds cannot be merged: {sorted(map(str, seeds))}")
     simulators = [r["simulator"] for r in results if r.get("simulator")]
-    if len(simulators) > 1:
-        raise ValueError("more than one result has a simulator backtest: merge at most one")
     out: dict[str, Any] = {"models": [], "seed": results[0].get("seed"),
                            "simulator": copy.deepcopy(simulators[0]) if simulators else None, "tables": {}}
+    for simulator in simulators[1:]:
+        _merge_simulator(out["simulator"], simulator)
     for result in results:
         out["models"] += [m for m in result.get("models", []) if m not in out["models"]]
         for stem, table in result.get("tables", {}).items():
@@ -71,6 +73,36 @@ def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 continue
             _merge_table(stem, out["tables"][stem], table)
     return out
+
+
+def _merge_simulator(into: dict[str, Any], sim: dict[str, Any]) -> None:
+    """Add ``sim``'s models to ``into`` (a backtest of the same history and nights)."""
+    for key in ("data_hash", "days", "window_days", "seed"):
+        if into.get(key) != sim.get(key):
+            raise ValueError(f"simulator: {key} differ ({into.get(key)} against {sim.get(key)}): not the same nights")
+    shape = [(d["day"], d["train_rows"], d["test_rows"]) for d in into["per_day"]]
+    if shape != [(d["day"], d["train_rows"], d["test_rows"]) for d in sim["per_day"]]:
+        raise ValueError("simulator: the nights' days or rows differ: not the same nights")
+    twice = sorted(set(into["mean"]) & set(sim["mean"]))
+    if twice:
+        raise ValueError(f"simulator: {', '.join(twice)} in more than one result")
+    names = list(sim["mean"])
+    into["models"] = list(into["models"]) + names
+    into["mean"].update(copy.deepcopy(sim["mean"]))
+    for level, figures in sim["by_evidence"].items():
+        into["by_evidence"][level].update({n: figures[n] for n in names})
+    for day, other in zip(into["per_day"], sim["per_day"], strict=True):
+        if day.get("candidate_rows") != other.get("candidate_rows"):
+            # Ranked samples differ: each model keeps the count of rows its top-1 and regret cover.
+            for name in [n for n in day if isinstance(day[n], dict) and "acc@10" in day[n]]:
+                day[name].setdefault("candidate_rows", day.get("candidate_rows"))
+            day.pop("candidate_rows", None)
+            for name in names:
+                day[name] = {**other[name], "candidate_rows": other.get("candidate_rows")}
+        else:
+            day.update({n: copy.deepcopy(other[n]) for n in names})
+        for level, figures in other["by_evidence"].items():
+            day["by_evidence"][level].update({n: figures[n] for n in names})
 
 
 def _merge_table(stem: str, into: dict[str, Any], table: dict[str, Any]) -> None:
@@ -118,8 +150,20 @@ def markdown(result: dict[str, Any]) -> str:
                   "|---|" + "---:|" * len(COLUMNS)]
         lines += ["| " + " | ".join([row["model"], *(cell(row.get(k), d) for _, k, d in COLUMNS)]) + " |"
                   for row in rows]
-        lines.append("")
+        lines += [*_sample_note(rows), ""]
     return "\n".join(lines)
+
+
+def _sample_note(rows: list[dict[str, Any]]) -> list[str]:
+    """A line saying which simulator models ranked how many submissions a day, when that differs."""
+    by_sample: dict[int, list[str]] = {}
+    for row in rows:
+        if row.get("pick_sample") is not None:
+            by_sample.setdefault(int(row["pick_sample"]), []).append(row["model"])
+    if len(by_sample) < 2:
+        return []
+    parts = [f"{', '.join(models)}: {n:,}" for n, models in sorted(by_sample.items(), reverse=True)]
+    return ["", f"Top-1 and regret over submissions ranked in full a day ({'; '.join(parts)})."]
 
 
 def plot(result: dict[str, Any], path: Path) -> Path:

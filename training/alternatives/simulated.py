@@ -126,8 +126,9 @@ def backtest_alternatives(
     Returns
     -------
     dict
-        ``{"history", "data_hash", "days", "window_days", "seed", "models", "mean": {model:
-        {metric: mean over nights}}, "by_evidence": {level: {"share", model: acc@10}}, "per_day"}``.
+        ``{"history", "data_hash", "days", "window_days", "seed", "pick_sample", "models", "mean":
+        {model: {metric: mean over nights, "pick_sample"}}, "by_evidence": {level: {"share", model:
+        acc@10}}, "per_day"}``.
 
     Raises
     ------
@@ -144,8 +145,11 @@ def backtest_alternatives(
             per_day.append(night)
     if not per_day:
         raise ValueError("no night had both training and test examples")
+    summary = _means(per_day, list(models))
+    for figures in summary["mean"].values():
+        figures["pick_sample"] = pick_sample  # per model, so results with other samples can be merged
     return {"history": str(history_dir), "data_hash": history.digest, "days": len(per_day),
-            "window_days": window_days, "seed": seed, "models": list(models), **_means(per_day, list(models))}
+            "window_days": window_days, "seed": seed, "pick_sample": pick_sample, "models": list(models), **summary}
 
 
 def _examples(history_dir: Path, examples: tuple[History, Examples] | None, days: int, catalogue: Catalogue,
