@@ -27,7 +27,7 @@ import numpy as np
 
 from core.accuracy import hits
 from features.rows import Rows
-from predictor.calibration import EVIDENCE, subset
+from predictor.calibration import EVIDENCE
 from predictor.compiled import TreePredictor
 
 #: Estimates each evidence level chooses from, after the model's own prediction (index 0). Rows
@@ -55,6 +55,11 @@ PARAMS: dict[str, Any] = {
 ROUNDS = 150
 #: Name prefix of the selectors among a model's boosters (``select_same``, ...).
 PREFIX = "select_"
+
+
+def _needed(rows: Rows, mask: np.ndarray, level: str) -> Rows:
+    """The masked rows' columns that a level's selector reads (a full subset copies every column)."""
+    return {c: np.asarray(rows[c])[mask] for c in (*CANDIDATES[level], *CONTEXT)}
 
 
 def stacked(rows: Rows, served: np.ndarray, level: str) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +92,7 @@ def fit_selectors(rows: Rows, served: np.ndarray, y: np.ndarray, level: np.ndarr
         sel = (level == k) & np.isfinite(served) & (y > 0)
         if name not in CANDIDATES or sel.sum() < MIN_ROWS:
             continue
-        values, x = stacked(subset(rows, sel), served[sel], name)
+        values, x = stacked(_needed(rows, sel, name), served[sel], name)
         hit = hits(np.exp(values), y[sel][:, None], TOLERANCE)
         known = np.isfinite(values).ravel()
         data = lgb.Dataset(x[known], label=hit.ravel()[known].astype(np.float64), categorical_feature=[0])
@@ -105,7 +110,7 @@ def select(selectors: dict[str, TreePredictor], rows: Rows, served: np.ndarray, 
         sel = (level == k) & np.isfinite(served)
         if trees is None or not sel.any():
             continue
-        values, x = stacked(subset(rows, sel), served[sel], name)
+        values, x = stacked(_needed(rows, sel, name), served[sel], name)
         score = np.asarray(trees.predict(x, num_threads=num_threads)).reshape(values.shape)
         score = np.where(np.isfinite(values), score, -np.inf)
         out[sel] = values[np.arange(len(values)), np.argmax(score, axis=1)]

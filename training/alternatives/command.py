@@ -11,7 +11,8 @@
 
 ``leap alternatives-report a.json b.json ... --markdown out.md --plot out.png`` merges saved
 results of the same seed and folds (e.g. cheap models and language models run apart, one table
-per run) into one report, without fitting anything.
+per run, or simulator backtests of the same history and nights) into one report, without fitting
+anything.
 """
 
 from __future__ import annotations
