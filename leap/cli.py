@@ -6,13 +6,16 @@ next to the production packages, which never import it.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from bench.cli import app as bench_app
 from core.settings import Settings
@@ -50,8 +53,37 @@ console = Console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}")
+    console.print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(code)
+
+
+def reachable(*, kafka: bool = True, redis: bool = True) -> Settings:
+    """The settings, once the services a command needs answer (exit 1 saying which do not)."""
+    from services.processes import ServiceError
+    from services.stack import require_services
+
+    try:
+        return require_services(Settings.from_env(), kafka=kafka, redis=redis)
+    except ServiceError as exc:
+        raise fail(str(exc), code=1) from None
+
+
+def _checked(command: Callable[..., Any], redis: bool) -> Callable[..., Any]:
+    """``command`` that first checks that Kafka (and Redis) answer; its options parse as before."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        reachable(redis=redis)
+        return command(*args, **kwargs)
+
+    return run
+
+
+# Every replay command reads topics; rebuilding features also writes Redis. The check runs after
+# the options are parsed, so --help and bad options never need the services.
+for _info in replay_app.registered_commands:
+    if _info.callback is not None:
+        _info.callback = _checked(_info.callback, redis=_info.name == "rebuild-features")
 
 
 @topics_app.command("create")
@@ -59,7 +91,7 @@ def topics_create(json_out: Annotated[bool, typer.Option("--json", help="Print J
     """Create LEAP's topics (idempotent)."""
     from streams.topics import create_topics
 
-    result = create_topics(Settings.from_env())
+    result = create_topics(reachable(redis=False))
     if json_out:
         print(orjson.dumps(result).decode())
     else:
@@ -144,7 +176,7 @@ def submit(
         console.print(f"line {number}: filled in " + ", ".join(f"{k}={v}" for k, v in filled.items()),
                       markup=False, highlight=False, soft_wrap=True)
     subs = read.submissions
-    with SchedulerClient(Settings.from_env(), follow_rankings=wait) as client:
+    with SchedulerClient(reachable(redis=False), follow_rankings=wait) as client:
         for sub in subs:
             client.publish(sub)
         client.flush()

@@ -325,3 +325,46 @@ def status(settings: Settings) -> dict[str, dict[str, Any]]:
     except Exception as exc:  # report any client failure as "not ok", never as a traceback
         redis_status["error"] = redact(str(exc))
     return {"kafka": kafka, "redis": redis_status}
+
+
+#: What to do when a service a command needs does not answer.
+START_HINT = ("start the local ones with `leap services up` and `leap topics create`, or point "
+              "LEAP_KAFKA_BOOTSTRAP / LEAP_REDIS_URL at running ones")
+
+
+def unreachable(settings: Settings, *, kafka: bool = True, redis: bool = True, timeout: float = 3.0) -> list[str]:
+    """Which of the services a command needs do not answer, one line each with the reason.
+
+    A command that needs Kafka or Redis asks this first, so that a stopped service is one clear
+    line instead of a client's traceback after minutes of other work.
+
+    Returns
+    -------
+    list of str
+        Empty when every service asked for answers.
+    """
+    problems = []
+    if kafka:
+        reason = kafka_probe(settings, timeout=timeout)
+        if reason is not None:
+            problems.append(f"Kafka at {settings.kafka_bootstrap} does not answer ({reason.rstrip('.')})")
+    if redis:
+        try:
+            redis_version(settings, timeout=timeout)
+        except Exception as exc:  # any client failure means "not usable": say why, no traceback
+            problems.append(f"Redis at {redact(settings.redis_url)} does not answer ({redact(str(exc)).rstrip('.')})")
+    return problems
+
+
+def require_services(settings: Settings, *, kafka: bool = True, redis: bool = True) -> Settings:
+    """``settings`` when the services asked for answer.
+
+    Raises
+    ------
+    ServiceError
+        One line per service that does not answer, then how to start them.
+    """
+    problems = unreachable(settings, kafka=kafka, redis=redis)
+    if problems:
+        raise ServiceError("; ".join(problems) + f". Fix: {START_HINT}")
+    return settings

@@ -10,6 +10,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,45 @@ def test_status_url_never_shows_a_password() -> None:
     assert result["redis"]["ok"] is False and result["kafka"]["ok"] is False
     assert "s3cret" not in json.dumps(result)
     assert result["redis"]["url"] == "redis://leap:***@127.0.0.1:1/0"
+
+
+@integration
+def test_unreachable_names_each_service_that_does_not_answer(settings: Settings,
+                                                             running_services: dict[str, Any]) -> None:
+    assert stack.unreachable(settings) == []
+    dead = Settings(redis_url="redis://leap:s3cret@127.0.0.1:1/0", kafka_bootstrap="127.0.0.1:1")
+    problems = stack.unreachable(dead, timeout=1.0)
+    assert len(problems) == 2
+    assert problems[0].startswith("Kafka at 127.0.0.1:1 does not answer (")
+    assert problems[1].startswith("Redis at redis://leap:***@127.0.0.1:1/0 does not answer (")
+    assert "s3cret" not in " ".join(problems)
+    assert stack.unreachable(dead, kafka=False, redis=False) == []
+    with pytest.raises(stack.ServiceError, match="Fix: start the local ones with `leap services up`"):
+        stack.require_services(replace(settings, redis_url=dead.redis_url), kafka=False)
+    assert stack.require_services(settings) is settings
+
+
+@pytest.mark.parametrize("argv", [
+    ["submit", "SUBMISSIONS"], ["topics", "create"], ["replay", "inspect"],
+    ["bench", "predict", "--repeat", "1"], ["bench", "e2e", "--repeat", "1"],
+])
+def test_commands_that_need_a_dead_service_say_so_and_exit_1(argv: list[str], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing listens on port 1: each command stops at once with one clear error, no traceback.
+    from leap.cli import app
+
+    monkeypatch.setenv("LEAP_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    monkeypatch.setenv("LEAP_REDIS_URL", "redis://127.0.0.1:1/0")
+    submissions = tmp_path / "s.jsonl"
+    submissions.write_text(json.dumps({"job_key": "j", "attempt_id": "a", "model_type": "bert-base",
+                                       "global_batch_size": 32, "num_accelerators": 8,
+                                       "candidates": ["a100"], "requested_hardware": "a100"}) + "\n")
+    argv = [str(submissions) if a == "SUBMISSIONS" else a for a in argv]
+    outcome = CliRunner().invoke(app, argv)
+    assert outcome.exit_code == 1, outcome.output
+    assert outcome.exception is None or isinstance(outcome.exception, SystemExit)
+    text = " ".join(outcome.output.split())
+    assert "does not answer" in text and "leap services up" in text
 
 
 @integration
