@@ -146,6 +146,15 @@ def worker(
     except ValueError as exc:
         raise fail(str(exc)) from None
     sys.argv = [sys.argv[0]]  # faust's Worker parses argv; ours are already consumed
+    from services.stack import wait_for_services
+
+    try:
+        # Every role reads topics; the archiver and the trainer never touch Redis.
+        wait_for_services(settings, lambda line: console.print(f"[worker {role}] {line}", markup=False,
+                                                                 highlight=False, soft_wrap=True),
+                          redis=role in ("features", "predictor", "all"))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
     worker_mod.run(settings, role, port, archive, nightly, model)
 
 

@@ -28,6 +28,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -354,6 +355,32 @@ def unreachable(settings: Settings, *, kafka: bool = True, redis: bool = True, t
         except Exception as exc:  # any client failure means "not usable": say why, no traceback
             problems.append(f"Redis at {redact(settings.redis_url)} does not answer ({redact(str(exc)).rstrip('.')})")
     return problems
+
+
+def wait_for_services(settings: Settings, say: Callable[[str], None], *, kafka: bool = True, redis: bool = True,
+                      poll: float = 2.0, remind: float = 30.0) -> float:
+    """Block until the services asked for answer; return the seconds waited.
+
+    A worker started before its broker or Redis (a machine booting, a compose stack starting)
+    waits, as it waits out an outage later (docs/faults.md), instead of failing after a client's
+    timeout. ``say`` gets one line when waiting starts, a reminder every ``remind`` seconds, and
+    one when the services answer.
+    """
+    started = time.monotonic()
+    problems = unreachable(settings, kafka=kafka, redis=redis)
+    if not problems:
+        return 0.0
+    say(f"waiting for {'; '.join(problems)}; checking every {poll:g} s")
+    reminded = started
+    while problems:
+        time.sleep(poll)
+        problems = unreachable(settings, kafka=kafka, redis=redis)
+        if problems and time.monotonic() - reminded >= remind:
+            reminded = time.monotonic()
+            say(f"still waiting after {reminded - started:.0f} s for {'; '.join(problems)}")
+    waited = time.monotonic() - started
+    say(f"services answer after {waited:.0f} s")
+    return waited
 
 
 def require_services(settings: Settings, *, kafka: bool = True, redis: bool = True) -> Settings:

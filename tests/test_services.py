@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -178,6 +180,40 @@ def test_commands_that_need_a_dead_service_say_so_and_exit_1(argv: list[str], tm
     assert outcome.exception is None or isinstance(outcome.exception, SystemExit)
     text = " ".join(outcome.output.split())
     assert "does not answer" in text and "leap services up" in text
+
+
+def test_a_worker_started_before_its_services_waits_for_them(tmp_path: Path) -> None:
+    # A real worker process, its broker and Redis on a port where nothing listens: it says what it
+    # waits for and keeps waiting (no client traceback after a timeout), until it is stopped.
+    env = {**os.environ, "LEAP_KAFKA_BOOTSTRAP": "127.0.0.1:1", "LEAP_REDIS_URL": "redis://127.0.0.1:1/0",
+           "LEAP_HOME": str(tmp_path)}
+    worker = subprocess.Popen([sys.executable, "-m", "leap.cli", "worker", "predictor", "--metrics-port", "0"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert worker.stdout is not None
+        first = worker.stdout.readline()
+        assert "[worker predictor] waiting for Kafka at 127.0.0.1:1 does not answer" in first, first
+        assert "Redis at redis://127.0.0.1:1/0 does not answer" in first
+        time.sleep(3)
+        assert worker.poll() is None  # still waiting
+    finally:
+        worker.terminate()
+        rest = worker.communicate(timeout=20)[0]
+    assert "Traceback" not in rest and "rdkafka" not in rest
+
+
+def test_wait_for_services_returns_at_once_when_they_answer_or_are_not_asked_for() -> None:
+    lines: list[str] = []
+    dead = Settings(redis_url="redis://127.0.0.1:1/0", kafka_bootstrap="127.0.0.1:1")
+    assert stack.wait_for_services(dead, lines.append, kafka=False, redis=False) == 0.0
+    assert lines == []
+
+
+@integration
+def test_wait_for_services_returns_when_they_answer(settings: Settings, running_services: dict[str, Any]) -> None:
+    lines: list[str] = []
+    assert stack.wait_for_services(settings, lines.append) == 0.0
+    assert lines == []
 
 
 @integration
