@@ -149,10 +149,11 @@ def worker(
     from services.stack import wait_for_services
 
     try:
-        # Every role reads topics; the archiver and the trainer never touch Redis.
+        # Kafka only: a worker needs the broker to create its topics and join its group, while a
+        # Redis outage, at start or later, is waited out by the running agents, which serve
+        # metrics (leap_dependency_up) and say "redis is unavailable" / "redis is back" meanwhile.
         wait_for_services(settings, lambda line: console.print(f"[worker {role}] {line}", markup=False,
-                                                                 highlight=False, soft_wrap=True),
-                          redis=role in ("features", "predictor", "all"))
+                                                                 highlight=False, soft_wrap=True), redis=False)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     worker_mod.run(settings, role, port, archive, nightly, model)

@@ -183,8 +183,8 @@ def test_commands_that_need_a_dead_service_say_so_and_exit_1(argv: list[str], tm
 
 
 def test_a_worker_started_before_its_services_waits_for_them(tmp_path: Path) -> None:
-    # A real worker process, its broker and Redis on a port where nothing listens: it says what it
-    # waits for and keeps waiting (no client traceback after a timeout), until it is stopped.
+    # A real worker process, its broker and Redis on a port where nothing listens: it says that it
+    # waits for the broker and keeps waiting (no client traceback after a timeout) until stopped.
     env = {**os.environ, "LEAP_KAFKA_BOOTSTRAP": "127.0.0.1:1", "LEAP_REDIS_URL": "redis://127.0.0.1:1/0",
            "LEAP_HOME": str(tmp_path)}
     worker = subprocess.Popen([sys.executable, "-m", "leap.cli", "worker", "predictor", "--metrics-port", "0"],
@@ -193,7 +193,7 @@ def test_a_worker_started_before_its_services_waits_for_them(tmp_path: Path) -> 
         assert worker.stdout is not None
         first = worker.stdout.readline()
         assert "[worker predictor] waiting for Kafka at 127.0.0.1:1 does not answer" in first, first
-        assert "Redis at redis://127.0.0.1:1/0 does not answer" in first
+        assert "Redis" not in first  # a Redis outage is the running agents' to wait out (docs/faults.md)
         time.sleep(3)
         assert worker.poll() is None  # still waiting
     finally:
