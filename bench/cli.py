@@ -13,21 +13,10 @@ import typer
 
 from bench.common import SERVED_PER_DAY, emit
 from core.settings import Settings
+from services.cli import services_needed
 
 app = typer.Typer(help="Benchmarks that print JSON figures.", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False)
-
-
-def _services(*, kafka: bool = True) -> Settings:
-    """The settings, once Redis (and Kafka) answer: a stopped service is one line, before any fitting."""
-    from services.processes import ServiceError
-    from services.stack import require_services
-
-    try:
-        return require_services(Settings.from_env(), kafka=kafka)
-    except ServiceError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
 
 Repeat = Annotated[int, typer.Option("--repeat", min=1, help="Runs; the JSON holds their medians.")]
 Seed = Annotated[int, typer.Option("--seed", help="Fleet simulator seed.")]
@@ -50,7 +39,7 @@ def features_cmd(
     """FeatureStore write throughput (batches of 500) and batched read throughput (256 per read)."""
     from bench.features import bench_features
 
-    emit(bench_features(_services(kafka=False), events, reads, read_rounds, repeat, seed))
+    emit(bench_features(services_needed(kafka=False), events, reads, read_rounds, repeat, seed))
 
 
 @app.command("feast")
@@ -68,7 +57,7 @@ def feast_cmd(
     from bench.feast import FeastMissing, bench_feast
 
     try:
-        settings = _services(kafka=False)
+        settings = services_needed(kafka=False)
         emit(bench_feast(settings, feast_python or sys.executable, events, entities, rounds, repeat, seed))
     except FeastMissing as exc:
         typer.echo(f"bench feast: {exc}", err=True)
@@ -97,7 +86,7 @@ def predict_cmd(
 
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
-    emit(bench_predict(_services(kafka=False), submissions, warm, batch, (history_days, history_per_day), trees,
+    emit(bench_predict(services_needed(kafka=False), submissions, warm, batch, (history_days, history_per_day), trees,
                        no_redis, repeat, seed, profile, model, save_model, candidates))
 
 
@@ -117,7 +106,8 @@ def growth_cmd(
     """Cost against work: the ranking loop at several candidate counts side by side, Redis bytes per job."""
     from bench.growth import bench_growth
 
-    emit(bench_growth(_services(kafka=False), tuple(candidates or (4, 24, 64)), submissions, warm, memory_attempts,
+    settings = services_needed(kafka=False)
+    emit(bench_growth(settings, tuple(candidates or (4, 24, 64)), submissions, warm, memory_attempts,
                       (history_days, history_per_day), repeat, seed, model, trees))
 
 
@@ -145,7 +135,7 @@ def e2e_cmd(
     engine = "faust" if role == "all" else engine  # `leap worker all` runs its predictor on Faust
     if engine not in ("faust", "confluent", "both"):
         raise typer.BadParameter("engine must be confluent, faust or both", param_hint="--engine")
-    settings = Settings.from_env() if private else _services()  # --private starts services of its own
+    settings = Settings.from_env() if private else services_needed()  # --private starts services of its own
     emit(bench_e2e(settings, Load(rate, duration, window, drain, repeat), role, warm, startup_timeout,
                    seed, engine, model, private))  # type: ignore[arg-type]
 
@@ -162,7 +152,7 @@ def scale_cmd(
     """Rankings/s with one and two predictor workers; latency while a worker joins and leaves."""
     from bench.scale import bench_scale
 
-    emit(bench_scale(_services(), duration, window, rate, pause_window, warm, seed=seed))
+    emit(bench_scale(services_needed(), duration, window, rate, pause_window, warm, seed=seed))
 
 
 @app.command("soak")
@@ -178,7 +168,7 @@ def soak_cmd(
     """Workers under steady load: RSS at start and end, lag, rankings, dead letters."""
     from bench.soak import bench_soak
 
-    emit(bench_soak(_services(), minutes, rate, bad_share, sample_s, warmup_s, warm, seed))
+    emit(bench_soak(services_needed(), minutes, rate, bad_share, sample_s, warmup_s, warm, seed))
 
 
 @app.command("train")

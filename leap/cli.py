@@ -23,6 +23,7 @@ from dashboard.cli import dashboard_cmd
 from fleet import cli as fleet_cli
 from replay.cli import app as replay_app
 from services.cli import app as services_app
+from services.cli import services_needed
 from training import cli as training_cli
 from training.alternatives.command import alternatives_cmd, alternatives_report_cmd
 from training.measurements import evaluate_measurements_cmd
@@ -57,23 +58,12 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def reachable(*, kafka: bool = True, redis: bool = True) -> Settings:
-    """The settings, once the services a command needs answer (exit 1 saying which do not)."""
-    from services.processes import ServiceError
-    from services.stack import require_services
-
-    try:
-        return require_services(Settings.from_env(), kafka=kafka, redis=redis)
-    except ServiceError as exc:
-        raise fail(str(exc), code=1) from None
-
-
 def _checked(command: Callable[..., Any], redis: bool) -> Callable[..., Any]:
     """``command`` that first checks that Kafka (and Redis) answer; its options parse as before."""
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
-        reachable(redis=redis)
+        services_needed(redis=redis)
         return command(*args, **kwargs)
 
     return run
@@ -91,7 +81,7 @@ def topics_create(json_out: Annotated[bool, typer.Option("--json", help="Print J
     """Create LEAP's topics (idempotent)."""
     from streams.topics import create_topics
 
-    result = create_topics(reachable(redis=False))
+    result = create_topics(services_needed(redis=False))
     if json_out:
         print(orjson.dumps(result).decode())
     else:
@@ -186,7 +176,7 @@ def submit(
         console.print(f"line {number}: filled in " + ", ".join(f"{k}={v}" for k, v in filled.items()),
                       markup=False, highlight=False, soft_wrap=True)
     subs = read.submissions
-    with SchedulerClient(reachable(redis=False), follow_rankings=wait) as client:
+    with SchedulerClient(services_needed(redis=False), follow_rankings=wait) as client:
         for sub in subs:
             client.publish(sub)
         client.flush()

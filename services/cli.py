@@ -6,24 +6,35 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from core.settings import Settings, redact
 from services.processes import ServiceError, lock
 from services.secure import new_stack, secure_home, secure_pids, start_secure_stack, stop_secure_stack
-from services.stack import down, status, up
+from services.stack import down, require_services, status, up
 
 app = typer.Typer(help="Local Apache Kafka (KRaft) and redis-server.", no_args_is_help=True)
 _console = Console(stderr=True)
 
 
-def _fail(exc: ServiceError | ValueError) -> None:
-    # soft_wrap: log tails in the message stay one line per log line
-    _console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+def _fail(exc: ServiceError | ValueError) -> NoReturn:
+    # soft_wrap: log tails in the message stay one line per log line; escape: "[Errno 111]" is text
+    _console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
+
+
+def services_needed(*, kafka: bool = True, redis: bool = True) -> Settings:
+    """The settings, once the services a command needs answer; else one error line saying which
+    do not and how to start them, and exit code 1 (before the command does any work)."""
+    try:
+        return require_services(Settings.from_env(), kafka=kafka, redis=redis)
+    except ServiceError as exc:
+        _fail(exc)
 
 
 @app.command("up")

@@ -243,7 +243,7 @@ def _simulated(model: str, seed: int = 0, data_hash: str = "h", pick_sample: int
                 model: {**figures}, "by_evidence": {"same": {"share": 0.6, model: 0.9}}}
                for day in ("2025-01-01", "2025-01-02")]
     sim = {"history": "H", "data_hash": data_hash, "days": 2, "window_days": 30, "seed": seed,
-           "pick_sample": pick_sample, "models": [model], "mean": {model: figures},
+           "models": [model], "mean": {model: figures},
            "by_evidence": {"same": {"share": 0.6, model: 0.9}}, "per_day": per_day}
     return {"models": [model], "seed": seed, "simulator": sim, "tables": {}}
 
@@ -261,6 +261,9 @@ def test_merge_joins_backtests_of_the_same_nights() -> None:
     text = markdown(merged)
     assert "| served |" in text and "| lm |" in text
     assert "submissions ranked in full a day (served: 1,500; lm: 200)" in text
+    # A third result, merged into one already split: every model keeps its own count.
+    third = merge([merged, _simulated("knn", pick_sample=50)])["simulator"]["per_day"][0]
+    assert [third[n]["candidate_rows"] for n in ("served", "lm", "knn")] == [30_000, 4_000, 1_000]
     # Same sample: no note, the day keeps one count.
     same = merge([_simulated("a"), _simulated("b")])
     assert same["simulator"]["per_day"][0]["candidate_rows"] == 30_000

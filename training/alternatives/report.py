@@ -86,21 +86,21 @@ def _merge_simulator(into: dict[str, Any], sim: dict[str, Any]) -> None:
     twice = sorted(set(into["mean"]) & set(sim["mean"]))
     if twice:
         raise ValueError(f"simulator: {', '.join(twice)} in more than one result")
-    names = list(sim["mean"])
+    had, names = list(into["mean"]), list(sim["mean"])
     into["models"] = list(into["models"]) + names
     into["mean"].update(copy.deepcopy(sim["mean"]))
     for level, figures in sim["by_evidence"].items():
         into["by_evidence"][level].update({n: figures[n] for n in names})
     for day, other in zip(into["per_day"], sim["per_day"], strict=True):
+        day.update({n: dict(other[n]) for n in names})
         if day.get("candidate_rows") != other.get("candidate_rows"):
-            # Ranked samples differ: each model keeps the count of rows its top-1 and regret cover.
-            for name in [n for n in day if isinstance(day[n], dict) and "acc@10" in day[n]]:
-                day[name].setdefault("candidate_rows", day.get("candidate_rows"))
+            # Ranked samples differ: each model keeps the count of rows its top-1 and regret cover
+            # (a result merged before already keeps it per model).
+            for side, models in ((day, had), (other, names)):
+                if "candidate_rows" in side:
+                    for name in models:
+                        day[name]["candidate_rows"] = side["candidate_rows"]
             day.pop("candidate_rows", None)
-            for name in names:
-                day[name] = {**other[name], "candidate_rows": other.get("candidate_rows")}
-        else:
-            day.update({n: copy.deepcopy(other[n]) for n in names})
         for level, figures in other["by_evidence"].items():
             day["by_evidence"][level].update({n: figures[n] for n in names})
 

@@ -126,9 +126,9 @@ def backtest_alternatives(
     Returns
     -------
     dict
-        ``{"history", "data_hash", "days", "window_days", "seed", "pick_sample", "models", "mean":
-        {model: {metric: mean over nights, "pick_sample"}}, "by_evidence": {level: {"share", model:
-        acc@10}}, "per_day"}``.
+        ``{"history", "data_hash", "days", "window_days", "seed", "models", "mean": {model: {metric:
+        mean over nights, "pick_sample"}}, "by_evidence": {level: {"share", model: acc@10}},
+        "per_day"}``.
 
     Raises
     ------
@@ -149,7 +149,7 @@ def backtest_alternatives(
     for figures in summary["mean"].values():
         figures["pick_sample"] = pick_sample  # per model, so results with other samples can be merged
     return {"history": str(history_dir), "data_hash": history.digest, "days": len(per_day),
-            "window_days": window_days, "seed": seed, "pick_sample": pick_sample, "models": list(models), **summary}
+            "window_days": window_days, "seed": seed, "models": list(models), **summary}
 
 
 def _examples(history_dir: Path, examples: tuple[History, Examples] | None, days: int, catalogue: Catalogue,
