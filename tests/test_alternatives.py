@@ -237,7 +237,7 @@ def test_merge_refuses_different_folds_and_seeds() -> None:
 
 
 def _simulated(model: str, seed: int = 0, data_hash: str = "h", pick_sample: int = 1500) -> dict[str, Any]:
-    """A saved simulator backtest of one model over two nights, in the shape ``run_simulated`` writes."""
+    """A saved simulator backtest of one model over two nights, shaped as ``backtest_alternatives`` returns."""
     figures = {"acc@10": 0.5, "top1": 0.4, "regret": 0.3, "fit_s": 1.0, "pick_sample": pick_sample}
     per_day = [{"day": day, "train_rows": 100, "test_rows": 10, "candidate_rows": 20 * pick_sample,
                 model: {**figures}, "by_evidence": {"same": {"share": 0.6, model: 0.9}}}

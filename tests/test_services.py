@@ -202,7 +202,7 @@ def test_a_worker_started_before_its_services_waits_for_them(tmp_path: Path) -> 
     assert "Traceback" not in rest and "rdkafka" not in rest
 
 
-def test_wait_for_services_returns_at_once_when_they_answer_or_are_not_asked_for() -> None:
+def test_wait_for_services_returns_at_once_when_none_is_asked_for() -> None:
     lines: list[str] = []
     dead = Settings(redis_url="redis://127.0.0.1:1/0", kafka_bootstrap="127.0.0.1:1")
     assert stack.wait_for_services(dead, lines.append, kafka=False, redis=False) == 0.0
