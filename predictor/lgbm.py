@@ -85,6 +85,7 @@ FOLDS = 5
 #: The base model's column from :class:`predictor.learned_roofline.LearnedRoofline`.
 LEARNED_ROOFLINE = "log_learned_roofline"
 TARGETS = ("residual", "log", "raw")
+BLENDS = ("chosen", "base", "paired")
 
 
 class LightGBMThroughput(ThroughputModel):
@@ -105,6 +106,19 @@ class LightGBMThroughput(ThroughputModel):
     learned_roofline
         Fit a :class:`predictor.learned_roofline.LearnedRoofline` (after the jobs' speed factors are
         estimated) and give the base model its estimate as a column.
+    job_effects
+        Refit the base model on targets with each job's own speed factor removed.
+    blend
+        How a job's prior is carried across hardware for the anchor: ``chosen`` (the paired
+        ratio's share chosen on held-out rows), ``base`` (the base model's ratio alone) or
+        ``paired`` (the paired ratio wherever there is one).
+    trust
+        Scale the main model's correction per evidence level by a weight chosen on held-out rows;
+        False applies it whole (model types the training rows lack still get none).
+    correction
+        Apply the main model's correction at all; False serves the anchor (an ablation).
+    selectors
+        Fit the selectors (:mod:`predictor.selector`) when there is a held-out tenth.
     seed
         Makes training deterministic.
     """
@@ -122,6 +136,11 @@ class LightGBMThroughput(ThroughputModel):
         num_threads: int = 2,
         base_linear: bool = True,
         learned_roofline: bool = True,
+        job_effects: bool = True,
+        blend: str = "chosen",
+        trust: bool = True,
+        correction: bool = True,
+        selectors: bool = True,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -134,6 +153,11 @@ class LightGBMThroughput(ThroughputModel):
         self.num_threads = num_threads
         self.base_linear = base_linear
         self.learned_roofline = learned_roofline
+        self.job_effects = job_effects
+        self.blend = blend
+        self.trust = trust
+        self.correction = correction
+        self.selectors = selectors
         self.seed = seed
         # Serving predicts a batch of a few hundred rows: one thread avoids OpenMP start-up and
         # contention with the rest of the worker; the ~100 µs it costs per call is per batch.
@@ -165,7 +189,8 @@ class LightGBMThroughput(ThroughputModel):
             "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
             "target": self.target, "feature_groups": list(self.feature_groups),
             "num_threads": self.num_threads, "base_linear": self.base_linear,
-            "learned_roofline": self.learned_roofline, "seed": self.seed,
+            "learned_roofline": self.learned_roofline, "job_effects": self.job_effects, "blend": self.blend,
+            "trust": self.trust, "correction": self.correction, "selectors": self.selectors, "seed": self.seed,
         }
 
     # ------------------------------------------------------------------ data
@@ -285,8 +310,9 @@ class LightGBMThroughput(ThroughputModel):
         self.trust_by_evidence_, self.band_, self.band_by_evidence_ = calibration
         widest = max(self.band_by_evidence_.values(), key=lambda b: b[1] - b[0])
         self.trust_new_type_, self.band_new_type_ = {}, dict.fromkeys(EVIDENCE, widest)
-        served = self._predict_based(based, level)  # before any selector: the prediction itself
-        self.selectors_ = fit_selectors(based, served, held_y, level, self.num_threads, self.seed)
+        if self.selectors:
+            served = self._predict_based(based, level)  # before any selector: the prediction itself
+            self.selectors_ = fit_selectors(based, served, held_y, level, self.num_threads, self.seed)
 
     def _fit_out_of_fold(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
         """Score every row with stages fitted on the other folds, calibrate on that, then fit on all.
@@ -350,11 +376,15 @@ class LightGBMThroughput(ThroughputModel):
 
     def _choose_blend(self, held: list[Rows], held_y: list[np.ndarray]) -> float:
         """The paired ratio's share in the blend, chosen on held-out rows (base ratio alone without pairs)."""
-        return choose_blend_on(held, held_y) if "paired" in self.feature_groups else float("inf")
+        if "paired" not in self.feature_groups or self.blend == "base":
+            return float("inf")
+        return 0.0 if self.blend == "paired" else choose_blend_on(held, held_y)
 
     def _check_params(self) -> None:
         if self.target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
+        if self.blend not in BLENDS:
+            raise ValueError(f"blend must be one of {BLENDS}, got {self.blend!r}")
         unknown = set(self.feature_groups) - set(GROUPS)
         if unknown:
             raise ValueError(f"unknown feature groups {sorted(unknown)}; known: {sorted(GROUPS)}")
@@ -386,7 +416,7 @@ class LightGBMThroughput(ThroughputModel):
 
         target = np.log(y)
         self.base_ = train_base(target)
-        if groups is not None:
+        if groups is not None and self.job_effects:
             # Refit on targets with each job's own speed factor removed, so that the base
             # learns the hardware, not the jobs.
             target = target - job_effects(target - self.base_.predict(self._base_matrix(rows)), groups)
@@ -394,7 +424,7 @@ class LightGBMThroughput(ThroughputModel):
         if self.learned_roofline and "config" in self.feature_groups and usable_rows(rows) >= 1000:
             self.roofline_ = LearnedRoofline(seed=self.seed).fit(rows, target)
             self.base_features_.append(LEARNED_ROOFLINE)
-        if groups is not None or self.roofline_ is not None:
+        if (groups is not None and self.job_effects) or self.roofline_ is not None:
             self.base_ = train_base(target)
 
     def _fit_main(self, rows: Rows, y: np.ndarray) -> None:
@@ -415,7 +445,9 @@ class LightGBMThroughput(ThroughputModel):
     def _calibration(self, anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray
                      ) -> tuple[dict[str, float], tuple[float, float], dict[str, tuple[float, float]]]:
         """Trust per evidence level, then the band (overall, per level) of the predictions that trust gives."""
-        trust = trust_by_evidence(anchor, correction, y, level) if self.target == "residual" else {}
+        trust = {} if self.target != "residual" or not self.trust else trust_by_evidence(anchor, correction, y, level)
+        if not self.correction:
+            trust = dict.fromkeys(EVIDENCE, 0.0)
         pred = self._from_target(correction * restore(trust)[level], anchor)
         overall, by_level = band_by_evidence(np.log(y) - np.where(np.isfinite(anchor), pred, np.nan), level)
         return trust, overall, by_level
