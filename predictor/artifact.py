@@ -13,6 +13,7 @@ import lightgbm as lgb
 import numpy as np
 
 from predictor.boosting import CATEGORY_SETTINGS, SMALL_SIZE
+from predictor.calibration import EVIDENCE
 from predictor.learned_roofline import LearnedRoofline
 from predictor.selector import PREFIX
 
@@ -26,7 +27,8 @@ def artifact_state(model: LightGBMThroughput) -> dict[str, Any]:
         "params": model.get_params(), "features": model.features_, "vocab": model.vocab_,
         "band_by_evidence": {k: list(v) for k, v in model.band_by_evidence_.items()},
         "trust_by_evidence": dict(model.trust_by_evidence_), "size": model.size_,
-        "trust_new_type": dict(model.trust_new_type_), "model_types": sorted(model.model_types_),
+        "trust_new_type": dict(model.trust_new_type_), "gate": dict(model.gate_),
+        "gate_new_type": dict(model.gate_new_type_), "model_types": sorted(model.model_types_),
         "band_new_type": {k: list(v) for k, v in model.band_new_type_.items()}, "categories": model.categories_,
         # JSON has no infinity: None means the base model's ratio alone
         "blend_k": model.blend_k_ if np.isfinite(model.blend_k_) else None,
@@ -46,6 +48,9 @@ def load_artifact(model: LightGBMThroughput, state: dict[str, Any], texts: dict[
     model.blend_k_new_type_ = float(state["blend_k_new_type"]) if state.get("blend_k_new_type") is not None \
         else float("inf")
     model.trust_new_type_ = {k: float(v) for k, v in state.get("trust_new_type", {}).items()}
+    # Artifacts from before the gate served the model everywhere.
+    model.gate_ = {k: bool(v) for k, v in state.get("gate", dict.fromkeys(EVIDENCE, True)).items()}
+    model.gate_new_type_ = {k: bool(v) for k, v in state.get("gate_new_type", dict.fromkeys(EVIDENCE, True)).items()}
     model.model_types_ = set(state.get("model_types", model.vocab_.get("model_type", {})))
     model.band_new_type_ = {k: (float(v[0]), float(v[1])) for k, v in state.get("band_new_type", {}).items()}
     model.size_ = dict(state.get("size", {})) or {name: getattr(model, name) for name in SMALL_SIZE}

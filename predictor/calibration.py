@@ -9,7 +9,13 @@ out of fold when the set is small, :func:`job_folds`), each by the accuracy it g
   so its share is ``w / (w + k)`` for its kernel weight ``w``; :func:`choose_blend` picks ``k``;
 - **trust**: how much of the main model's correction to apply per evidence level
   (:func:`core.accuracy.best_weight`);
-- **band**: split-conformal quantiles of the log residual per evidence level.
+- **gate**: per evidence level, whether the model's estimate is served at all, or the model-free
+  fallback (the prior carried by paired ratios, :class:`predictor.models.PairedTransfer`): the
+  model is served only where held-out rows show it better than the fallback by more than chance
+  (:func:`gate_by_evidence`). A level with too few held-out rows, and a model type the
+  training rows lacked unless rows of types held out whole show otherwise, get the fallback;
+- **band**: split-conformal quantiles of the log residual of what is served (after the
+  selectors and the gate), per evidence level.
 
 A correction is trusted only when the held-out rows show it better than none by more than chance
 (:data:`MARGIN`): on a public table's few hundred rows, picking the best of eleven weights by raw
@@ -23,8 +29,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from core.accuracy import best_weight
+from core.accuracy import best_weight, clear_winner, hits
 from features.rows import Rows
+from predictor.models import BAND_QUANTILES
 
 #: Evidence levels of a row: the job ran on this hardware before / only elsewhere / never.
 EVIDENCE = ("same", "other", "none")
@@ -37,8 +44,8 @@ MARGIN = 1.0
 BLEND_LOSS_CAP = 0.25
 #: Fewest held-out rows of an evidence level that decide its trust or band; fewer keep the defaults.
 MIN_ROWS = 30
-#: Quantiles of the uncertainty band.
-BAND_QUANTILES = (0.1, 0.9)
+#: The band a hit lands in (acc@10's): what the gate compares.
+TOLERANCE = 0.10
 
 
 def evidence_level(rows: Rows) -> np.ndarray:
@@ -113,6 +120,31 @@ def band_by_evidence(residual: np.ndarray, level: np.ndarray
     overall = band(ok) if ok.any() else (0.0, 0.0)
     return overall, {name: band(ok & (level == k)) if (ok & (level == k)).sum() >= MIN_ROWS else overall
                      for k, name in enumerate(EVIDENCE)}
+
+
+def gate_by_evidence(served: np.ndarray, fallback: np.ndarray, y: np.ndarray, level: np.ndarray
+                     ) -> dict[str, bool]:
+    """Per evidence level, whether the model's log estimate is served (True) or the fallback's.
+
+    The model is kept only where it beats the fallback on held-out rows by more than
+    :data:`MARGIN` standard errors (:func:`core.accuracy.clear_winner`); a level with fewer than
+    :data:`MIN_ROWS` rows where both have an estimate keeps the fallback, which learns nothing.
+    """
+    out = {}
+    for k, name in enumerate(EVIDENCE):
+        sel = (level == k) & np.isfinite(served) & np.isfinite(fallback) & (y > 0)
+        if sel.sum() < MIN_ROWS:
+            out[name] = False
+            continue
+        hit = np.column_stack([hits(np.exp(fallback[sel]), y[sel], TOLERANCE),
+                               hits(np.exp(served[sel]), y[sel], TOLERANCE)])
+        out[name] = clear_winner(hit, 0, MARGIN) == 1
+    return out
+
+
+def gated(served: np.ndarray, fallback: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The model's estimate where ``keep`` holds or the fallback has none, else the fallback's."""
+    return np.where(keep | np.isnan(fallback), served, fallback)
 
 
 def job_folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:

@@ -35,6 +35,7 @@ row serves that one. Rows without history, and models fitted out of fold, keep t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -59,6 +60,8 @@ from predictor.calibration import (
     blend,
     choose_blend_on,
     evidence_level,
+    gate_by_evidence,
+    gated,
     job_folds,
     paired_transfer,
     restore,
@@ -67,7 +70,7 @@ from predictor.calibration import (
 )
 from predictor.compiled import TreePredictor, compile_boosters
 from predictor.learned_roofline import LearnedRoofline, usable_rows
-from predictor.models import ThroughputModel, first_finite
+from predictor.models import ThroughputModel, first_finite, paired_transfer_log
 from predictor.selector import fit_selectors, select
 
 __all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidence_level"]
@@ -85,6 +88,8 @@ FOLDS = 5
 #: The base model's column from :class:`predictor.learned_roofline.LearnedRoofline`.
 LEARNED_ROOFLINE = "log_learned_roofline"
 TARGETS = ("residual", "log", "raw")
+#: Out-of-fold rows: anchor, correction, measured throughput, evidence level, fallback estimate.
+_Outcome = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 BLENDS = ("chosen", "base", "paired")
 
 
@@ -119,6 +124,9 @@ class LightGBMThroughput(ThroughputModel):
         Apply the main model's correction at all; False serves the anchor (an ablation).
     selectors
         Fit the selectors (:mod:`predictor.selector`) when there is a held-out tenth.
+    gate
+        Serve the model's estimate only where held-out rows show it better than the model-free
+        fallback (:func:`predictor.calibration.gate_by_evidence`); False serves it everywhere.
     seed
         Makes training deterministic.
     """
@@ -141,6 +149,7 @@ class LightGBMThroughput(ThroughputModel):
         trust: bool = True,
         correction: bool = True,
         selectors: bool = True,
+        gate: bool = True,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -158,6 +167,7 @@ class LightGBMThroughput(ThroughputModel):
         self.trust = trust
         self.correction = correction
         self.selectors = selectors
+        self.gate = gate
         self.seed = seed
         # Serving predicts a batch of a few hundred rows: one thread avoids OpenMP start-up and
         # contention with the rest of the worker; the ~100 µs it costs per call is per batch.
@@ -176,6 +186,10 @@ class LightGBMThroughput(ThroughputModel):
         #: the same for rows of a model type the training data lacked (no entry: no correction)
         self.trust_new_type_: dict[str, float] = {}
         self.band_new_type_: dict[str, tuple[float, float]] = {}
+        #: per evidence level, whether the model's estimate is served rather than the fallback
+        #: (:func:`predictor.calibration.gate_by_evidence`); the same for model types the training rows lacked
+        self.gate_: dict[str, bool] = {}
+        self.gate_new_type_: dict[str, bool] = {}
         self.blend_k_: float = float("inf")
         #: the blend for rows of a model type the training data lacked (its pairs are other types')
         self.blend_k_new_type_: float = float("inf")
@@ -190,7 +204,8 @@ class LightGBMThroughput(ThroughputModel):
             "target": self.target, "feature_groups": list(self.feature_groups),
             "num_threads": self.num_threads, "base_linear": self.base_linear,
             "learned_roofline": self.learned_roofline, "job_effects": self.job_effects, "blend": self.blend,
-            "trust": self.trust, "correction": self.correction, "selectors": self.selectors, "seed": self.seed,
+            "trust": self.trust, "correction": self.correction, "selectors": self.selectors, "gate": self.gate,
+            "seed": self.seed,
         }
 
     # ------------------------------------------------------------------ data
@@ -294,7 +309,7 @@ class LightGBMThroughput(ThroughputModel):
         """Fit on nine tenths of the jobs, calibrate on the rest.
 
         Model types the training data lacks are not calibrated here (a tenth of the jobs holds few
-        of them): they get no correction and the widest band of the known ones.
+        of them): they are served the fallback, with the widest band of the known ones.
         """
         held = (job_folds(groups, round(1 / HOLDOUT_SHARE), self.seed) == 0) if groups is not None \
             else np.random.default_rng(self.seed).random(len(y)) < HOLDOUT_SHARE
@@ -306,13 +321,29 @@ class LightGBMThroughput(ThroughputModel):
         self._fit_main(fit_rows, fit_y)
         based = self._with_base(held_rows)  # with the chosen blend
         anchor, correction = self._anchor_and_correction(based)
-        calibration = self._calibration(anchor, correction, held_y, level)
-        self.trust_by_evidence_, self.band_, self.band_by_evidence_ = calibration
+        held_groups = np.asarray(groups)[held] if groups is not None else np.arange(int(held.sum()))
+        select_fn = (lambda served: self._cross_selected(based, served, held_y, level, held_groups)) \
+            if self.selectors else None
+        calibration = self._calibration(anchor, correction, held_y, level, paired_transfer_log(based), select_fn)
+        self.trust_by_evidence_, self.gate_, self.band_, self.band_by_evidence_, served = calibration
         widest = max(self.band_by_evidence_.values(), key=lambda b: b[1] - b[0])
-        self.trust_new_type_, self.band_new_type_ = {}, dict.fromkeys(EVIDENCE, widest)
+        self.trust_new_type_, self.gate_new_type_, self.band_new_type_ = {}, {}, dict.fromkeys(EVIDENCE, widest)
         if self.selectors:
-            served = self._predict_based(based, level)  # before any selector: the prediction itself
             self.selectors_ = fit_selectors(based, served, held_y, level, self.num_threads, self.seed)
+
+    def _cross_selected(self, based: Rows, served: np.ndarray, y: np.ndarray, level: np.ndarray,
+                        groups: np.ndarray) -> np.ndarray:
+        """What the selectors serve on held-out rows, each half by selectors fitted on the other half
+        of the jobs: the gate and the band judge what is served, not what the selectors were fitted on."""
+        halves = job_folds(groups, 2, self.seed)
+        out = served.copy()
+        for half in (0, 1):
+            fit, apply = halves != half, halves == half
+            selectors = fit_selectors(subset(based, fit), served[fit], y[fit], level[fit], self.num_threads, self.seed)
+            if selectors and apply.any():
+                out[apply] = select(dict(selectors), subset(based, apply), served[apply], level[apply],
+                                    self.num_threads)
+        return out
 
     def _fit_out_of_fold(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
         """Score every row with stages fitted on the other folds, calibrate on that, then fit on all.
@@ -338,9 +369,9 @@ class LightGBMThroughput(ThroughputModel):
         self._fit_base(rows, y, groups)
         self._fit_main(rows, y)
         if known is not None:
-            self.trust_by_evidence_, self.band_, self.band_by_evidence_ = self._calibration(*known)
+            self.trust_by_evidence_, self.gate_, self.band_, self.band_by_evidence_, _ = self._calibration(*known)
         if new is not None:
-            self.trust_new_type_, _, self.band_new_type_ = self._calibration(*new)
+            self.trust_new_type_, self.gate_new_type_, _, self.band_new_type_, _ = self._calibration(*new)
 
     def _fold_bases(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None, folds: np.ndarray
                     ) -> list[tuple[LightGBMThroughput, np.ndarray]]:
@@ -355,16 +386,21 @@ class LightGBMThroughput(ThroughputModel):
         return parts
 
     def _fold_outcome(self, rows: Rows, y: np.ndarray, parts: list[tuple[LightGBMThroughput, np.ndarray]]
-                      ) -> tuple[np.ndarray, ...] | None:
-        """Each fold's main model fitted on the other folds; every row's anchor, correction, y, level."""
-        outcome: list[tuple[np.ndarray, ...]] = []
+                      ) -> _Outcome | None:
+        """Each fold's main model fitted on the other folds; every row's anchor, correction, y, level and
+        fallback estimate."""
+        outcome: list[_Outcome] = []
         for part, held in parts:
             part.blend_k_, part.blend_k_new_type_ = self.blend_k_, self.blend_k_new_type_
             part._fit_main(subset(rows, ~held), y[~held])
             held_rows = subset(rows, held)
-            anchor_correction = part._anchor_and_correction(part._with_base(held_rows))
-            outcome.append((*anchor_correction, y[held], evidence_level(held_rows)))
-        return tuple(np.concatenate(p) for p in zip(*outcome, strict=True)) if outcome else None
+            based = part._with_base(held_rows)
+            outcome.append((*part._anchor_and_correction(based), y[held], evidence_level(held_rows),
+                            paired_transfer_log(based)))
+        if not outcome:
+            return None
+        anchor, correction, fold_y, level, fallback = (np.concatenate(p) for p in zip(*outcome, strict=True))
+        return anchor, correction, fold_y, level, fallback
 
     def _sibling(self) -> LightGBMThroughput:
         """An unfitted model with these parameters, vocabularies and tree sizes (for one fold)."""
@@ -442,15 +478,22 @@ class LightGBMThroughput(ThroughputModel):
         self.booster_ = lgb.train(self._params(int(self.size_["min_child_samples"])), data,
                                   num_boost_round=int(self.size_["n_estimators"]))
 
-    def _calibration(self, anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray
-                     ) -> tuple[dict[str, float], tuple[float, float], dict[str, tuple[float, float]]]:
-        """Trust per evidence level, then the band (overall, per level) of the predictions that trust gives."""
+    def _calibration(self, anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray,
+                     fallback: np.ndarray, select_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+                     ) -> tuple[dict[str, float], dict[str, bool], tuple[float, float],
+                                dict[str, tuple[float, float]], np.ndarray]:
+        """On held-out rows: trust per evidence level; then the gate, judged on what the selectors
+        (``select_fn``) serve; then the band (overall, per level) of what the gate serves. Also
+        returns the prediction before any selector, which the selectors are fitted on."""
         trust = {} if self.target != "residual" or not self.trust else trust_by_evidence(anchor, correction, y, level)
         if not self.correction:
             trust = dict.fromkeys(EVIDENCE, 0.0)
-        pred = self._from_target(correction * restore(trust)[level], anchor)
-        overall, by_level = band_by_evidence(np.log(y) - np.where(np.isfinite(anchor), pred, np.nan), level)
-        return trust, overall, by_level
+        pred = np.where(np.isfinite(anchor), self._from_target(correction * restore(trust)[level], anchor), np.nan)
+        served = select_fn(pred) if select_fn is not None else pred
+        gate = gate_by_evidence(served, fallback, y, level) if self.gate else dict.fromkeys(EVIDENCE, True)
+        served = gated(served, fallback, restore(gate, default=False)[level])
+        overall, by_level = band_by_evidence(np.log(y) - served, level)
+        return trust, gate, overall, by_level, pred
 
     def _is_new_type(self, rows: Rows) -> np.ndarray:
         """Rows of a model type the stages' training rows lacked (a fold's own types, for its sibling)."""
@@ -476,10 +519,12 @@ class LightGBMThroughput(ThroughputModel):
             raw = raw * np.where(new, restore(self.trust_new_type_, default=0.0)[level],
                                  restore(self.trust_by_evidence_)[level])
         out = np.where(np.isfinite(anchor), self._from_target(raw, anchor), np.nan)
-        if not self.selectors_:
-            return out
-        trees = {name: self.trees_.get(name, booster) for name, booster in self.selectors_.items()}
-        return select(trees, based, out, level, self.predict_threads)
+        if self.selectors_:
+            trees = {name: self.trees_.get(name, booster) for name, booster in self.selectors_.items()}
+            out = select(trees, based, out, level, self.predict_threads)
+        keep = np.where(self._is_new_type(based), restore(self.gate_new_type_, default=False)[level],
+                        restore(self.gate_, default=False)[level])
+        return gated(out, paired_transfer_log(based), keep)
 
     def compile_trees(self, cache_dir: Path, compiler: str | None = None) -> None:
         """Predict with C compiled from the boosters' trees from now on (:mod:`predictor.compiled`): same output."""

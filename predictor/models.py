@@ -99,6 +99,16 @@ class PriorTransfer(ThroughputModel):
         return first_finite(rows["transfer_log"], rows["lookup_model_log"], rows["lookup_family_log"])
 
 
+#: Columns of :class:`PairedTransfer`, first estimate first: the model-free estimate that the
+#: served model falls back to where it has not been shown better (:mod:`predictor.calibration`).
+PAIRED_TRANSFER_CHAIN = ("transfer_paired_log", "transfer_log", "lookup_model_log", "lookup_family_log")
+
+
+def paired_transfer_log(rows: Rows) -> np.ndarray:
+    """:class:`PairedTransfer`'s log estimate of each row (NaN: none)."""
+    return first_finite(*(rows[c] for c in PAIRED_TRANSFER_CHAIN))
+
+
 class PairedTransfer(ThroughputModel):
     """The job's own prior throughput, moved across hardware by the ratio other jobs of its model
     type (else family, else any job) showed between the two types near its configuration
@@ -107,8 +117,7 @@ class PairedTransfer(ThroughputModel):
     kind = "transfer_paired"
 
     def _predict_log(self, rows: Rows) -> np.ndarray:
-        return first_finite(rows["transfer_paired_log"], rows["transfer_log"], rows["lookup_model_log"],
-                            rows["lookup_family_log"])
+        return paired_transfer_log(rows)
 
 
 BASELINES: dict[str, type[ThroughputModel]] = {m.kind: m for m in (LookupTable, PriorTransfer, PairedTransfer)}

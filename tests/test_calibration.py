@@ -1,110 +1,124 @@
-"""Calibration of the fleet simulator: out-of-sample protocol, naive comparators, targets, dispersion."""
+"""The served model's calibration (:mod:`predictor.calibration`): blend, trust, gate, band, folds."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import math
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-import fleet.calibrate as calibration
-from fleet.calibrate import SOURCES, calibrate, derive_effect_sizes, held_out_predictions, weighted_median
-from fleet.cases import all_cases, simulate_cases
-from fleet.cli import app
-from fleet.effects import ARCH_SIGMA, JOB_HARDWARE_SIGMA
-from fleet.fit import Pairs, fit_law
-from fleet.law import fitted_law
-
-
-@pytest.fixture(scope="module")
-def result() -> dict[str, Any]:
-    return calibrate()
-
-
-def test_held_out_beats_the_spec_sheet_overall_and_per_source(result: dict[str, Any]) -> None:
-    for scores in (result["held_out"], *result["by_source"].values()):
-        assert scores["simulator"] < scores["sqrt_peak_bandwidth"], scores
-    # overall it beats every naive rule (on Gavel alone, bandwidth is about as good: 0.404 vs 0.411)
-    naive = {k: v for k, v in result["held_out"].items() if k != "simulator"}
-    assert result["held_out"]["simulator"] < min(naive.values())
-    assert result["held_out"]["simulator"] < 0.21  # measured 0.190 (sqrt(peak x bandwidth) 0.217)
+from predictor.calibration import (
+    BLEND_GRID,
+    EVIDENCE,
+    MIN_ROWS,
+    band_by_evidence,
+    blend,
+    choose_blend,
+    evidence_level,
+    gate_by_evidence,
+    gated,
+    job_folds,
+    restore,
+    trust_by_evidence,
+)
 
 
-def test_dispersion_within_30_percent_of_the_tables(result: dict[str, Any]) -> None:
-    for source in SOURCES:
-        d = result["dispersion"][source]
-        assert 0.7 <= d["simulated"] / d["measured"] <= 1.3, (source, d)
+def test_blend_moves_from_the_base_ratio_to_the_paired_one_with_its_weight() -> None:
+    base, paired, weight = np.array([0.0, 0.0, 0.0]), np.array([1.0, 1.0, 1.0]), np.array([0.0, 1.0, 3.0])
+    np.testing.assert_allclose(blend(base, paired, weight, 1.0), [0.0, 0.5, 0.75])
+    np.testing.assert_allclose(blend(base, paired, weight, math.inf), [0.0, 0.0, 0.0])
+    np.testing.assert_allclose(blend(base, paired, weight, 0.0), [0.0, 1.0, 1.0])  # any weight wins at k = 0
 
 
-def test_effect_sizes_are_what_the_tables_give() -> None:
-    derived = derive_effect_sizes()
-    assert derived["job_hardware"] == pytest.approx(JOB_HARDWARE_SIGMA, abs=0.015)
-    assert derived["tuned"] == pytest.approx(ARCH_SIGMA["tuned"], abs=0.02)
-    assert derived["other"] == pytest.approx(ARCH_SIGMA["other"], abs=0.05)
+def test_blend_takes_whichever_estimate_exists() -> None:
+    out = blend(np.array([np.nan, 2.0, np.nan]), np.array([1.0, np.nan, np.nan]), np.ones(3), 1.0)
+    np.testing.assert_array_equal(out[:2], [1.0, 2.0])
+    assert np.isnan(out[2])
 
 
-def test_a_held_out_unit_is_predicted_by_a_fit_without_it() -> None:
-    cases = all_cases()
-    pairs = Pairs.of(cases)
-    unit = "mlperf/llama2-70b-lora"
-    test = pairs.unit == unit
-    assert 10 < test.sum() < len(pairs)
-    without = np.log(simulate_cases(cases, fit_law(cases, pairs, ~test)))
-    expected = without[pairs.a[test]] - without[pairs.b[test]]
-    only = [c for c in cases if c.unit == unit or c.unit == "mlperf/bert-large"]
-    got = held_out_predictions(only, Pairs.of(only))
-    # with only two units, each one is predicted from the other alone: not from itself
-    alone = Pairs.of(only)
-    shipped = np.log(simulate_cases(only))
-    assert not np.allclose(got, shipped[alone.a] - shipped[alone.b])
-    assert np.isfinite(expected).all() and np.isfinite(got).all()
+def test_choose_blend_picks_the_paired_ratio_when_it_is_the_truth() -> None:
+    rng = np.random.default_rng(2)
+    n = 400
+    truth = rng.normal(0, 1, n)
+    base = truth + rng.normal(0, 0.5, n)
+    k = choose_blend(base, truth, np.ones(n), np.exp(truth))
+    assert k == BLEND_GRID[0] == 0.0
+    assert choose_blend(truth, base, np.ones(n), np.exp(truth)) == math.inf
 
 
-def test_every_unit_weighs_the_same() -> None:
-    pairs = Pairs.of(all_cases())
-    weights = pairs.unit_weights(np.ones(len(pairs), dtype=bool))
-    per_unit = {u: weights[pairs.unit == u].sum() for u in np.unique(pairs.unit)}
-    assert all(v == pytest.approx(1.0) for v in per_unit.values())
-    # no pair of two hardware types from different groups: groups stay comparable
-    cases = all_cases()
-    assert all(cases[a].group == cases[b].group for a, b in zip(pairs.a, pairs.b, strict=True))
-    assert weighted_median(np.array([1.0, 2.0, 10.0]), np.array([1.0, 1.0, 3.0])) == 10.0
+def test_choose_blend_without_enough_rows_takes_the_paired_ratio() -> None:
+    few = MIN_ROWS - 1
+    assert choose_blend(np.zeros(few), np.ones(few), np.ones(few), np.ones(few)) == 0.0
 
 
-def test_shipped_law_is_the_fit_on_every_measurement() -> None:
-    cases = all_cases()
-    fresh, shipped = fit_law(cases, Pairs.of(cases)), fitted_law()
-    assert fresh.part_log_eff.keys() == shipped.part_log_eff.keys()
-    for part, value in fresh.part_log_eff.items():
-        assert shipped.part_log_eff[part] == pytest.approx(value, abs=0.01), part
-    for key in ("peak_exponent", "bw_exponent", "overlap_norm", "dispatch_scale"):
-        assert getattr(shipped, key) == pytest.approx(getattr(fresh, key), rel=0.01), key
+def _level_rows(n: int, level: int) -> np.ndarray:
+    return np.full(n, level)
 
 
-def test_new_nvidia_parts_are_no_longer_too_fast() -> None:
-    """Lambda: A100-80GB over H100 PCIe and over B200 (median log ratio over workloads)."""
-    cases = all_cases()
-    pairs = Pairs.of(cases)
-    sim = np.log(simulate_cases(cases))
-    for slower, faster, measured, tolerance in (("A100-80GB", "H100-PCIe", -0.24, 0.15),
-                                                ("A100-80GB", "B200", -1.23, 0.1)):
-        mask = np.array([(cases[a].hardware, cases[b].hardware) == (slower, faster) and cases[a].source == "lambda"
-                         for a, b in zip(pairs.a, pairs.b, strict=True)])
-        assert np.median(pairs.measured[mask]) == pytest.approx(measured, abs=0.01)
-        assert np.median(sim[pairs.a[mask]] - sim[pairs.b[mask]]) == pytest.approx(measured, abs=tolerance)
+def test_trust_is_whole_for_an_exact_correction_and_none_for_noise() -> None:
+    rng = np.random.default_rng(5)
+    n = 600
+    y_log = rng.normal(3, 1, n)
+    anchor = y_log + rng.normal(0, 0.3, n)
+    exact = y_log - anchor
+    noise = rng.normal(0, 0.3, n)
+    level = np.r_[_level_rows(n // 2, 0), _level_rows(n - n // 2, 1)]
+    correction = np.where(level == 0, exact, noise)
+    trust = trust_by_evidence(anchor, correction, np.exp(y_log), level)
+    # A tie keeps the smallest weight with the most hits: 0.9 of an exact correction already hits.
+    assert trust["same"] >= 0.9
+    assert trust["other"] == 0.0
+    assert "none" not in trust  # no rows: restore() gives the default
+    assert restore(trust).tolist() == [trust["same"], 0.0, 1.0]
 
 
-def test_cli_json_has_the_documented_keys(result: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(calibration, "calibrate", lambda **_: result)
-    out = CliRunner().invoke(app, ["calibrate", "--json"])
-    assert out.exit_code == 0, out.output
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(doc) == {"held_out", "by_source", "dispersion"}
-    methods = {"simulator", "ratio_1", "peak", "bandwidth", "sqrt_peak_bandwidth"}
-    assert set(doc["held_out"]) == methods
-    assert set(doc["by_source"]) == set(SOURCES) and all(set(v) == methods for v in doc["by_source"].values())
-    assert all(set(v) == {"simulated", "measured"} for v in doc["dispersion"].values())
-    text = CliRunner().invoke(app, ["calibrate"])
-    assert text.exit_code == 0 and "sqrt_peak_bandwidth" in text.output
+def test_gate_keeps_the_model_only_where_it_is_clearly_better() -> None:
+    rng = np.random.default_rng(6)
+    n = 300
+    y_log = rng.normal(3, 1, 3 * n)
+    level = np.repeat([0, 1, 2], n)
+    good = y_log + rng.normal(0, 0.02, 3 * n)  # nearly always within 10%
+    poor = y_log + rng.normal(0, 0.5, 3 * n)
+    served = np.where(level == 0, good, np.where(level == 1, poor, good))
+    fallback = np.where(level == 0, poor, np.where(level == 1, good, good))
+    gate = gate_by_evidence(served, fallback, np.exp(y_log), level)
+    assert gate == {"same": True, "other": False, "none": False}  # level 2: a tie keeps the fallback
+
+
+def test_gate_serves_the_fallback_on_too_few_rows() -> None:
+    n = MIN_ROWS - 1
+    y_log = np.zeros(n)
+    gate = gate_by_evidence(y_log, y_log + 1.0, np.exp(y_log), np.zeros(n, dtype=int))
+    assert gate["same"] is False
+
+
+def test_gated_falls_back_only_where_the_fallback_has_an_estimate() -> None:
+    out = gated(np.array([1.0, 1.0, 1.0]), np.array([2.0, np.nan, 2.0]), np.array([False, False, True]))
+    np.testing.assert_array_equal(out, [2.0, 1.0, 1.0])
+
+
+def test_band_is_the_residual_quantiles_per_level_and_overall_where_few() -> None:
+    rng = np.random.default_rng(9)
+    n = 1000
+    residual = np.r_[rng.normal(0, 0.1, n), rng.normal(0, 0.5, n), rng.normal(0, 1.0, 5)]
+    level = np.r_[np.zeros(n, dtype=int), np.ones(n, dtype=int), np.full(5, 2)]
+    overall, by_level = band_by_evidence(residual, level)
+    assert set(by_level) == set(EVIDENCE)
+    assert by_level["same"][1] - by_level["same"][0] < by_level["other"][1] - by_level["other"][0]
+    assert by_level["none"] == overall
+    inside = (residual[:n] >= by_level["same"][0]) & (residual[:n] <= by_level["same"][1])
+    assert inside.mean() == pytest.approx(0.8, abs=0.01)
+
+
+def test_job_folds_keep_a_jobs_rows_together_and_are_seeded() -> None:
+    groups = np.repeat([f"job-{i}" for i in range(50)], 4)
+    folds = job_folds(groups, 5, seed=3)
+    assert all(len(set(folds[groups == g].tolist())) == 1 for g in np.unique(groups))
+    assert set(folds.tolist()) == set(range(5))
+    np.testing.assert_array_equal(folds, job_folds(groups, 5, seed=3))
+    assert not np.array_equal(folds, job_folds(groups, 5, seed=4))
+
+
+def test_evidence_level_from_the_prior_counts() -> None:
+    rows = {"prior_same_n": np.array([2, 0, 0]), "prior_other_n": np.array([1, 3, 0])}
+    assert evidence_level(rows).tolist() == [0, 1, 2]

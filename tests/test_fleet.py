@@ -1,4 +1,4 @@
-"""Fleet simulator: determinism, eligibility, history volume and recurrence (calibration: test_calibration.py)."""
+"""Fleet simulator: determinism, eligibility, history volume and recurrence (calibration: test_fleet_calibration.py)."""
 
 from __future__ import annotations
 

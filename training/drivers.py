@@ -85,6 +85,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("no_job_effects", "base model not refitted without the jobs' speed", "stage", (("job_effects", False),)),
     Variant("anchor_only", "no main model: the anchor is served", "stage",
             (("correction", False), ("selectors", False))),
+    Variant("no_gate", "no gate (the model is served where it was not shown better)", "stage", (("gate", False),)),
     Variant("lookup", "lookup table (baseline)", "baseline", baseline="lookup"),
     Variant("transfer", "prior transfer (baseline)", "baseline", baseline="transfer"),
     Variant("transfer_paired", "paired transfer (baseline)", "baseline", baseline="transfer_paired"),
