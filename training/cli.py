@@ -201,7 +201,8 @@ def _print_by_evidence(by_evidence: dict[str, dict[str, float]]) -> None:
 
 
 def drivers_cmd(
-    history: HistoryOpt,
+    history: Annotated[Path | None, typer.Option("--history", help="History folder (day-partitioned Parquet).")]
+    = None,
     json_path: Annotated[Path, typer.Option("--json", help="Where to write the JSON results.")] = Path("drivers.json"),
     report: Annotated[Path | None, typer.Option("--report", help="Folder for the PNG plot.")] = None,
     days: Annotated[int, typer.Option(min=2, help="Evaluation days per variant.")] = 7,
@@ -209,25 +210,63 @@ def drivers_cmd(
         help="Comma-separated variant keys to run (the default model always runs); all by default.",
     )] = None,
     jobs: Annotated[int, typer.Option(min=1, help="Worker processes fitting models in parallel.")] = 2,
+    tables: Annotated[str | None, typer.Option(
+        help="Comma-separated measurement CSVs: score the variants that apply to a table on each, under both "
+             "protocols, with the rotation (choose on two tables, check on the third).",
+    )] = None,
+    seeds: Annotated[str, typer.Option(help="Fold seeds of the tables (comma-separated).")] = "0,2",
 ) -> None:
-    """What moves accuracy: feature groups, window, cadence, model size, target transform."""
+    """What moves accuracy: feature groups, window, cadence, model size, target transform, the model's stages."""
     from training.drivers import VARIANTS, drivers, plot_drivers
 
     chosen = [k.strip() for k in variants.split(",") if k.strip()] if variants is not None else None
     unknown = sorted(set(chosen or ()) - {v.key for v in VARIANTS})
     if unknown:
         raise _fail(f"unknown variants {unknown}; known: {', '.join(v.key for v in VARIANTS)}")
-    _check_history(history)
-    try:
-        result = drivers(history, days=days, progress=console, variants=chosen, jobs=jobs)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
+    if history is None and tables is None:
+        raise _fail("give --history, --tables or both")
+    result: dict[str, Any] = {}
+    if history is not None:
+        _check_history(history)
+        try:
+            result = drivers(history, days=days, progress=console, variants=chosen, jobs=jobs)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    if tables is not None:
+        result["tables"] = _table_drivers(tables, seeds, chosen)
     _write_json(json_path, result)
-    if report is not None:
+    if report is not None and "variants" in result:
         plot_drivers(result, report)
-    table = Table(title="change in mean acc@10 against the default model")
-    for col in ("variant", "acc@10", "delta", "spread (sd of daily delta)"):
+    if "variants" in result:
+        table = Table(title="change in mean acc@10 against the default model")
+        for col in ("variant", "acc@10", "delta", "spread (sd of daily delta)"):
+            table.add_column(col)
+        for row in result["variants"]:
+            table.add_row(row["name"], f"{row['acc@10']:.3f}", f"{row['delta']:+.3f}", f"{row['delta_sd']:.3f}")
+        console.print(table)
+
+
+def _table_drivers(tables: str, seeds: str, chosen: list[str] | None) -> dict[str, Any]:
+    """``leap drivers --tables``: the variants on each table, and per variant the rotation."""
+    from training.measurements.table import MeasurementError
+    from training.stage_tables import rotation, table_drivers, table_variants
+
+    paths = [Path(p.strip()) for p in tables.split(",") if p.strip()]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise _fail(f"no such measurement table: {', '.join(missing)}")
+    try:
+        fold_seeds = [int(s) for s in seeds.split(",") if s.strip()]
+        keys = [v.key for v in table_variants([k for k in chosen or () if k != "default"] or None)]
+        result = table_drivers(paths, keys, fold_seeds, progress=console)
+    except (ValueError, MeasurementError) as exc:
+        raise _fail(str(exc)) from None
+    result["rotation"] = {k: rotation(result, k) for k in result["variants"] if k != "default"}
+    table = Table(title="tables: change in acc@10 (ran elsewhere) against the default model, mean over seeds")
+    held_out = [r["held_out"] for r in next(iter(result["rotation"].values()), [])]
+    for col in ("variant", *(f"{name} held out: choose / check" for name in held_out)):
         table.add_column(col)
-    for row in result["variants"]:
-        table.add_row(row["name"], f"{row['acc@10']:.3f}", f"{row['delta']:+.3f}", f"{row['delta_sd']:.3f}")
+    for key, rows in result["rotation"].items():
+        table.add_row(key, *(f"{r['choose_delta']:+.3f} / {r['check_delta']:+.3f}" for r in rows))
     console.print(table)
+    return result
