@@ -10,8 +10,8 @@ import pytest
 from core.accuracy import TRUST_GRID, summary
 from core.hardware import load_catalogue
 from predictor.boosting import predict_distinct
-from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput
-from predictor.models import LookupTable, PriorTransfer
+from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput, evidence_level
+from predictor.models import LookupTable, PairedTransfer, PriorTransfer
 from predictor.registry import Registry, RegistryError
 from training.dataset import Examples, build_examples, read_history
 from training.train import fit_model, split
@@ -104,17 +104,39 @@ def test_trust_scales_the_main_models_correction(trained: tuple[LightGBMThroughp
     assert set(model.trust_by_evidence_) <= set(EVIDENCE)
     assert all(w in TRUST_GRID for w in model.trust_by_evidence_.values())
     anchor, correction = model._anchor_and_correction(model._with_base(holdout.rows))
-    saved = dict(model.trust_by_evidence_), dict(model.trust_new_type_)
+    saved = (dict(model.trust_by_evidence_), dict(model.trust_new_type_), dict(model.gate_),
+             dict(model.gate_new_type_), model.selectors_)
     try:
+        model.selectors_ = {}
+        model.gate_ = model.gate_new_type_ = dict.fromkeys(EVIDENCE, True)  # the model's estimate everywhere
         for w in (0.0, 1.0):  # model types the training rows lacked have trust of their own
             model.trust_by_evidence_ = model.trust_new_type_ = dict.fromkeys(EVIDENCE, w)
             np.testing.assert_allclose(np.log(model.predict(holdout.rows)), anchor + w * correction)
-        model.trust_by_evidence_, model.trust_new_type_ = saved[0], {}
-        new = model._is_new_type(holdout.rows)
-        # without evidence for them, new model types keep their anchor
-        np.testing.assert_allclose(np.log(model.predict(holdout.rows))[new], anchor[new])
     finally:
-        model.trust_by_evidence_, model.trust_new_type_ = saved
+        (model.trust_by_evidence_, model.trust_new_type_, model.gate_, model.gate_new_type_,
+         model.selectors_) = saved
+
+
+def test_the_gate_serves_the_paired_transfer_where_the_model_was_not_shown_better(
+    trained: tuple[LightGBMThroughput, Examples],
+) -> None:
+    model, holdout = trained
+    assert set(model.gate_) == set(EVIDENCE)
+    fallback = PairedTransfer().predict(holdout.rows)
+    served = model.predict(holdout.rows)
+    level, new = evidence_level(holdout.rows), model._is_new_type(holdout.rows)
+    for k, name in enumerate(EVIDENCE):
+        # a model type the training rows lacked has a gate of its own (none chosen: the fallback)
+        closed = np.where(new, not model.gate_new_type_.get(name, False), not model.gate_[name])
+        closed &= (level == k) & np.isfinite(fallback)
+        np.testing.assert_allclose(served[closed], fallback[closed])
+    saved = dict(model.gate_)
+    try:
+        model.gate_ = dict.fromkeys(EVIDENCE, False)
+        has = np.isfinite(fallback)
+        np.testing.assert_allclose(model.predict(holdout.rows)[has], fallback[has])
+    finally:
+        model.gate_ = saved
 
 
 def test_distinct_rows_are_predicted_once_with_the_same_result(trained: tuple[LightGBMThroughput, Examples]) -> None:
