@@ -44,7 +44,9 @@ def table_variants(keys: Sequence[str] | None = None) -> list[Variant]:
 def _factory(v: Variant, seed: int) -> ModelFactory:
     if v.baseline is not None:
         return BASELINES[v.baseline]
-    params = {"seed": seed, **dict(v.params)}
+    # One LightGBM thread: on a shared machine OpenMP threads that wait for each other cost more than
+    # they gain (training/drivers.py), and LightGBM trains the same model with any thread count.
+    params = {"seed": seed, "num_threads": 1, **dict(v.params)}
     return lambda: LightGBMThroughput(**params)
 
 
