@@ -162,12 +162,9 @@ class LightGBMThroughput(ThroughputModel):
         self.num_threads = num_threads
         self.base_linear = base_linear
         self.learned_roofline = learned_roofline
-        self.job_effects = job_effects
-        self.blend = blend
-        self.trust = trust
-        self.correction = correction
-        self.selectors = selectors
-        self.gate = gate
+        # the stages' switches (docs/model.md): each has a remove-one variant in the drivers report
+        self.job_effects, self.blend, self.trust = job_effects, blend, trust
+        self.correction, self.selectors, self.gate = correction, selectors, gate
         self.seed = seed
         # Serving predicts a batch of a few hundred rows: one thread avoids OpenMP start-up and
         # contention with the rest of the worker; the ~100 µs it costs per call is per batch.
