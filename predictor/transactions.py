@@ -1,0 +1,224 @@
+"""Exactly-once rankings: a batch's rankings, dead letters and consumed offsets in one transaction.
+
+A reader with ``isolation.level=read_committed`` (every LEAP reader of rankings) sees a transaction
+whole or not at all. A predictor that dies mid-transaction leaves neither its rankings nor its
+offsets behind: whoever takes its partitions ranks those submissions again, once.
+
+- **one producer per worker**, ``transactional.id`` = the group and the worker's identity
+  (:func:`worker_identity`): a restarted worker takes its predecessor's id, and
+  ``init_transactions`` aborts whatever that one left open at once (instead of the broker
+  aborting it after ``transaction.timeout.ms``, during which ``read_committed`` readers of the
+  partitions it wrote wait). Offsets are sent with the consumer's group metadata (KIP-447): a
+  zombie whose partitions moved on is refused by the group coordinator.
+- **sends are buffered** for the length of a batch and produced once its handler returned: a
+  transaction never stays open while a batch waits out a Redis outage.
+- **commit**: when the loop finds nothing more to take, or once the open transaction is
+  ``Settings.transaction_interval`` old. At low rates each batch is its own transaction; at high
+  rates one transaction carries several batches (fewer commits, rankings visible later).
+- **errors** (librdkafka's classes): retriable ones are retried (the broker is away: said once,
+  ``kafka is unavailable`` / ``kafka is back``); one that requires an abort aborts and rewinds
+  the consumer to the transaction's first offsets, so the batches are ranked again; a fatal one
+  (fenced: another worker took this id) stops the worker (exit 75), nothing committed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from core.settings import Settings
+from predictor.commits import Offsets, produce, producer_config
+from streams.resilience import KAFKA
+
+log = logging.getLogger("leap.predictor")
+
+#: How long the broker lets a transaction stay open before aborting it itself. Only a dead
+#: worker's transaction (never restarted under its identity) lasts that long, and it holds
+#: ``read_committed`` readers of the partitions it wrote until then. Ours last one batch plus a
+#: commit (milliseconds); 10 s leaves room for a slow broker or a starved machine.
+TRANSACTION_TIMEOUT_S = 10.0
+#: Longest a transactional call (init, offsets, commit, abort) waits before it is retried.
+CALL_TIMEOUT_S = 10.0
+
+T = TypeVar("T")
+
+_held_slots: list[int] = []  # lock files of worker identities this process holds (kept open for its life)
+
+
+def worker_identity(settings: Settings, group: str) -> str:
+    """This worker's identity within ``group``: ``Settings.worker_id``, or this host's lowest free slot.
+
+    A slot is an exclusive lock on a file under ``home/workers`` (released by the kernel when the
+    process dies, even by ``kill -9``): a worker restarted on the same host takes the slot of the
+    one it replaces, so its transactional id, and two workers of one host never share one.
+    """
+    if settings.worker_id:
+        return settings.worker_id
+    host = socket.gethostname()
+    folder = settings.home / "workers"
+    folder.mkdir(parents=True, exist_ok=True)
+    for slot in range(1024):
+        fd = os.open(folder / f"{group}.{host}.{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _held_slots.append(fd)
+        return f"{host}-{slot}"
+    raise RuntimeError(f"no free worker slot under {folder}")
+
+
+class ExactlyOnce:
+    """Transactional output of the predictor loop (:class:`predictor.commits.Output`).
+
+    Parameters
+    ----------
+    settings
+        Broker connection and ``transaction_interval``.
+    consumer
+        The loop's consumer (its group metadata goes with the offsets; a rewind seeks it).
+    assigned
+        The loop's set of assigned partitions (shared, kept current by the loop).
+    transactional_id
+        Unique per live worker, the same for its replacement.
+    """
+
+    def __init__(self, settings: Settings, consumer: Consumer, assigned: set[tuple[str, int]],
+                 transactional_id: str) -> None:
+        self.consumer = consumer
+        self.assigned = assigned
+        self.interval = settings.transaction_interval
+        self.transactional_id = transactional_id
+        self.producer = Producer(producer_config(settings, **{
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
+        }))
+        self.aborted = 0  # transactions aborted (and their batches rewound) so far
+        self._buffer: list[tuple[str, bytes, bytes]] = []
+        self._batch: tuple[Offsets, Offsets] | None = None
+        self._opened_at: float | None = None  # None: no transaction open
+        self._offsets: Offsets = {}  # next offsets to commit with the open transaction
+        self._first: Offsets = {}  # where a rewind of the open transaction seeks to
+        self._void = False  # the batch in flight was rewound with an aborted transaction: drop it
+        self._retry(self.producer.init_transactions, "starting transactions")
+
+    # ------------------------------------------------------------------ a batch
+
+    def begin_batch(self, offsets: Offsets, first: Offsets) -> None:
+        self._batch = (offsets, first)
+
+    def send(self, topic: str, key: bytes, value: bytes) -> None:
+        assert self._batch is not None, "a send outside a batch"
+        self._buffer.append((topic, key, value))
+
+    def end_batch(self, handled: bool) -> Offsets:
+        batch, self._batch = self._batch, None
+        buffered, self._buffer = self._buffer, []
+        void, self._void = self._void, False
+        if not handled or batch is None or void:
+            return {}  # not produced: the worker exits, or the abort already rewound past it
+        offsets, first = batch
+        if not offsets.keys() <= self.assigned:
+            # A rebalance took some of its partitions meanwhile: their new owner ranks those
+            # submissions, and the rest is read again here.
+            return {key: offset for key, offset in first.items() if key in self.assigned}
+        if self._opened_at is None:
+            self.producer.begin_transaction()
+            self._opened_at = time.monotonic()
+        for topic, key, value in buffered:
+            produce(self.producer, topic, key, value)
+        self._offsets.update(offsets)
+        for partition, offset in first.items():
+            self._first.setdefault(partition, offset)
+        self.producer.poll(0)
+        return {}
+
+    def due(self, idle: bool) -> bool:
+        return self._opened_at is not None and (idle or time.monotonic() - self._opened_at >= self.interval)
+
+    @property
+    def open(self) -> bool:
+        return self._opened_at is not None
+
+    # ------------------------------------------------------------------ commit, abort
+
+    def commit(self, asynchronous: bool = True) -> Offsets:
+        """Commit the open transaction with its offsets. Returns the offsets to rewind to when it
+        had to be aborted instead (empty when committed or when nothing was open)."""
+        if self._opened_at is None:
+            return {}
+        offsets = [TopicPartition(t, p, o) for (t, p), o in self._offsets.items() if (t, p) in self.assigned]
+        try:
+            if offsets:
+                self._retry(lambda: self.producer.send_offsets_to_transaction(
+                    offsets, self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S), "sending offsets")
+            self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing")
+        except KafkaException as exc:
+            if not exc.args[0].txn_requires_abort():
+                raise
+            log.warning("transaction aborted (%s): its %d partition(s) are read again", exc.args[0].str(),
+                        len(self._first))
+            return self.abort()
+        self._done()
+        return {}
+
+    def abort(self) -> Offsets:
+        """Abort the open transaction; the offsets to rewind the consumer to."""
+        rewind = {key: offset for key, offset in self._first.items() if key in self.assigned}
+        if self._batch is not None:  # a batch in flight comes after: it is read again too
+            self._void = True
+            for key, offset in self._batch[1].items():
+                if key in self.assigned:
+                    rewind[key] = min(rewind.get(key, offset), offset)
+        if self._opened_at is not None:
+            self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting")
+            self.aborted += 1
+        self._done()
+        return rewind
+
+    def _done(self) -> None:
+        self._opened_at = None
+        self._offsets = {}
+        self._first = {}
+
+    def _retry(self, call: Callable[[], T], what: str) -> T:
+        """``call()``, again while it fails with a retriable error (the broker is away), saying so once."""
+        while True:
+            try:
+                result = call()
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable():
+                    raise
+                KAFKA.mark_down(_Unavailable(f"{what}: {err.str()}"))
+                time.sleep(0.2)
+                continue
+            KAFKA.mark_up()
+            return result
+
+    # ------------------------------------------------------------------ the loop's events
+
+    def keepalive(self) -> None:
+        self.producer.poll(0)
+
+    def revoke(self, gone: set[tuple[str, int]]) -> Offsets:
+        return self.commit()  # before the partitions go: their new owner starts where this transaction ends
+
+    def lose(self, gone: set[tuple[str, int]]) -> None:
+        self.abort()  # the offsets' generation is gone: the coordinator would refuse them
+
+    def close(self) -> None:
+        self.commit()
+        self.producer.flush(CALL_TIMEOUT_S)
+
+
+class _Unavailable(Exception):
+    """What :class:`streams.resilience.Dependency` logs for a retriable transactional error."""
