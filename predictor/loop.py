@@ -41,7 +41,7 @@ from streams import metrics
 from streams.app import EXIT_UNPROCESSED, Send
 from streams.kafkalog import UNREACHABLE, KafkaUnreachable, client_logging
 from streams.resilience import KAFKA, Abandoned, stop_waiting_when
-from streams.topics import DEAD_LETTER, RANKINGS, SUBMISSIONS, consumer_group
+from streams.topics import DEAD_LETTER, RANKINGS, READ_COMMITTED, SUBMISSIONS, consumer_group
 
 log = logging.getLogger("leap.predictor")
 
@@ -74,7 +74,7 @@ def consumer_config(settings: Settings, group: str) -> dict[str, Any]:
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "latest",
-        "isolation.level": "read_committed",
+        **READ_COMMITTED,
         "session.timeout.ms": session_ms,
         "heartbeat.interval.ms": max(100, session_ms // 5),
         "fetch.wait.max.ms": 100,

@@ -26,6 +26,7 @@ from predictor.registry import ModelRecord, Registry
 from predictor.service import ActiveModel, ModelHolder
 from streams import metrics
 from streams.events import SCHEMA_VERSION, EventError, ModelAnnouncement
+from streams.kafkalog import client_logging
 from streams.topics import CURRENT_MODEL_KEY, MODELS, end_offsets
 
 log = logging.getLogger("leap.reload")
@@ -56,7 +57,7 @@ def announcement(record: ModelRecord | None, version: str | None = None) -> Mode
 def announce(settings: Settings, record: ModelRecord | None, version: str | None = None) -> ModelAnnouncement:
     """Publish :func:`announcement` of ``record`` (or of the baseline ``version``) on ``leap.models``."""
     event = announcement(record, version)
-    producer = Producer(settings.confluent_config(**{"enable.idempotence": True}))
+    producer = Producer(settings.confluent_config(**{"enable.idempotence": True}, **client_logging()))
     producer.produce(MODELS.name, key=CURRENT_MODEL_KEY, value=event.encode())
     if producer.flush(30):
         raise RuntimeError("the model announcement was not delivered within 30 s")
@@ -98,7 +99,7 @@ class ModelFollower:
         self._thread: threading.Thread | None = None
         self.consumer = Consumer(settings.confluent_config(**{
             "group.id": "leap-model-follower-unused", "enable.auto.commit": False,
-        }))
+        }, **client_logging()))
         self.consumer.assign([TopicPartition(MODELS.name, p, OFFSET_BEGINNING)
                               for p in range(MODELS.partitions_in(settings))])
 

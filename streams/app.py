@@ -26,7 +26,7 @@ from streams import metrics
 from streams.deadletter import dead_letter, fit_dead_letter
 from streams.events import DeadLetter, Event, EventError
 from streams.resilience import KAFKA, Abandoned, call_until_up, stop_waiting_when
-from streams.topics import ALL_TOPICS, DEAD_LETTER, consumer_group
+from streams.topics import ALL_TOPICS, DEAD_LETTER, READ_COMMITTED, consumer_group
 
 log = logging.getLogger("leap.streams")
 
@@ -105,8 +105,32 @@ def _credentials(settings: Settings) -> Any:
     return faust.SSLCredentials(context)
 
 
+def _read_committed() -> None:
+    """Make the Faust workers' consumers read only committed data (:data:`streams.topics.READ_COMMITTED`).
+
+    Faust asks aiokafka for ``read_committed`` only under its own ``exactly_once`` guarantee, which
+    would also make every agent's sends transactional; here only the reading changes (the archiver
+    must not archive the rankings of an aborted predictor transaction). aiokafka reads the level
+    when the consumer starts, so setting it on the consumer Faust just created is enough.
+    """
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    create = AIOKafkaConsumerThread._create_worker_consumer
+    if getattr(create, "reads_committed", False):
+        return
+
+    def create_reading_committed(self: Any, transport: Any) -> Any:
+        consumer = create(self, transport)
+        consumer._isolation_level = READ_COMMITTED["isolation.level"]
+        return consumer
+
+    create_reading_committed.reads_committed = True  # type: ignore[attr-defined]
+    AIOKafkaConsumerThread._create_worker_consumer = create_reading_committed  # type: ignore[method-assign]
+
+
 def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust.TopicT]]:
     """A Faust app for one worker role, with a raw-bytes channel per LEAP topic."""
+    _read_committed()
     (settings.home / "faust").mkdir(parents=True, exist_ok=True)  # Faust makes only the last folder
     app = faust.App(
         consumer_group(role),

@@ -48,6 +48,11 @@ MODELS = Topic(
 DEAD_LETTER = Topic("leap.dead-letter", 3, {"retention.ms": str(30 * DAY_MS)}, "anything rejected")
 
 ALL_TOPICS: tuple[Topic, ...] = (SUBMISSIONS, JOB_STARTS, JOB_FINISHES, RANKINGS, MODELS, DEAD_LETTER)
+#: How every LEAP consumer reads: only what committed transactions wrote. The predictors rank in
+#: transactions (:mod:`predictor.transactions`): a reader of uncommitted data would see the
+#: rankings of an aborted transaction beside their second, committed, copy. (librdkafka's default
+#: too, but aiokafka's is read_uncommitted: said here once, for every client.)
+READ_COMMITTED: dict[str, str] = {"isolation.level": "read_committed"}
 #: Key under which the current model is announced on the compacted models topic.
 CURRENT_MODEL_KEY = b"current"
 
