@@ -35,6 +35,7 @@ from services.processes import (
     services_dir,
     spawn,
     stop_owned,
+    write_private,
 )
 
 #: The one place the Kafka version is pinned (local jars, release tarball and the compose image).
@@ -432,7 +433,8 @@ def start_local_kafka(settings: Settings, step: Step, node: KafkaNode = LOCAL_NO
     data = kafka_dir / "data"
     for folder in (config, logs, data):
         folder.mkdir(parents=True, exist_ok=True)
-    (config / "server.properties").write_text(_server_properties(kafka_dir, node))
+    # private: a secured node's holds the broker's SCRAM password
+    write_private(config / "server.properties", _server_properties(kafka_dir, node))
     (config / "log4j2.properties").write_text(_log4j2_properties())
     jvm = [
         java,

@@ -38,6 +38,15 @@ class ServiceError(RuntimeError):
     """A service could not be started, reached or stopped; the message says why."""
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable and writable by the owner only from its first byte
+    (created with mode 0600, not left to the umask; an existing file is made 0600 first)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as fh:
+        os.fchmod(fd, 0o600)
+        fh.write(text)
+
+
 def services_dir(settings: Settings) -> Path:
     """Folder holding every local service's files."""
     return settings.home / "services"

@@ -284,4 +284,6 @@ def test_the_secrets_live_only_in_files_of_the_owner(secured: Secured) -> None:
     # the broker's own SCRAM password in its configuration, the clients' in the env file; Redis keeps
     # a SHA-256 of its password, and the storage format's argument file is gone
     assert holders == ["kafka/config/server.properties", "secure.env"], holders
+    private = [*holders, "redis/redis.conf", "tls/server.key", "tls/server.pem"]
+    assert {name: (folder / name).stat().st_mode & 0o077 for name in private} == dict.fromkeys(private, 0)
     assert not Path(folder / "kafka" / "config" / "format.args").exists()
