@@ -40,4 +40,5 @@ def test_kafka_back_is_said_once_with_how_long_it_was_away(caplog: pytest.LogCap
     KAFKA.mark_up()
     KAFKA.mark_up()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kafka is")]
-    assert len(lines) == 2 and lines[0].startswith("kafka is unavailable") and lines[1].startswith("kafka is back after")
+    assert len(lines) == 2
+    assert lines[0].startswith("kafka is unavailable") and lines[1].startswith("kafka is back after")
