@@ -40,10 +40,10 @@ from streams.resilience import KAFKA
 log = logging.getLogger("leap.predictor")
 
 #: How long the broker lets a transaction stay open before aborting it itself. Only a dead
-#: worker's transaction (never restarted under its identity) lasts that long, and it holds
-#: ``read_committed`` readers of the partitions it wrote until then. Ours last one batch plus a
-#: commit (milliseconds); 10 s leaves room for a slow broker or a starved machine.
-TRANSACTION_TIMEOUT_S = 10.0
+#: worker's transaction (when no worker of its identity starts again) lasts that long, and it
+#: holds ``read_committed`` readers of the partitions it wrote until then: it bounds failover
+#: (docs/faults.md). Ours last a batch's produce and commit (milliseconds; never a Redis wait).
+TRANSACTION_TIMEOUT_S = 2.0
 #: Longest a transactional call (init, offsets, commit, abort) waits before it is retried.
 CALL_TIMEOUT_S = 10.0
 

@@ -404,6 +404,11 @@ min.insync.replicas={min_isr}
 auto.create.topics.enable=false
 # no one else will join: do not hold the first rebalance of a group for 3 s
 group.initial.rebalance.delay.ms=0
+# a dead worker's partitions move on within seconds (LEAP_KAFKA_SESSION_TIMEOUT below the broker
+# default minimum of 6 s), and a dead worker's open transaction, which holds read_committed readers
+# of the partitions it wrote, is aborted within a second of its timeout (the default checks every 10 s)
+group.min.session.timeout.ms=1000
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 # two cores shared with the tests and workers
 num.network.threads=2
 num.io.threads=4
