@@ -28,10 +28,12 @@ LOCAL_REDIS_CLUSTER_PORTS = (17001, 17002, 17003)
 LOCAL_SECURE_KAFKA_PORTS = (19292, 19293)
 LOCAL_SECURE_REDIS_PORT = 16380
 
-#: Seconds without a heartbeat after which the broker gives a worker's partitions to another (Faust's
-#: default, 60 s, stopped rankings for a minute after a predictor died). 6 s is the broker's default
-#: minimum (``group.min.session.timeout.ms``); ``LEAP_KAFKA_SESSION_TIMEOUT`` changes it.
-DEFAULT_KAFKA_SESSION_TIMEOUT = 6.0
+#: Seconds without a heartbeat after which the broker gives a worker's partitions to another: with
+#: transactions, a killed predictor's submissions are ranked again ~2.2 s later (docs/faults.md,
+#: "Failover"; Faust's default, 60 s, stopped rankings for a minute). Workers raise it to the broker's
+#: ``group.min.session.timeout.ms`` (:func:`streams.topics.session_timeout`; Kafka's default is 6 s,
+#: the brokers of ``leap services up`` allow 1 s); ``LEAP_KAFKA_SESSION_TIMEOUT`` changes it.
+DEFAULT_KAFKA_SESSION_TIMEOUT = 2.0
 
 #: Partitions of each event stream when ``LEAP_TOPIC_PARTITIONS`` is unset: a role's workers share
 #: a topic by partitions, so this is how many workers can be added without repartitioning.
@@ -105,7 +107,8 @@ class Settings:
         :attr:`archive_root`. Kept unresolved so that a copy with another ``home`` follows it.
     kafka_session_timeout
         Consumer group session timeout of the workers, seconds (``LEAP_KAFKA_SESSION_TIMEOUT``):
-        how long a dead worker's partitions wait before another worker takes them.
+        how long a dead worker's partitions wait before another worker takes them (never less
+        than the broker allows: :func:`streams.topics.session_timeout`).
     archive_flush_events, archive_flush_seconds
         The archiver writes a topic's buffer when it holds this many events or is this old
         (``LEAP_ARCHIVE_FLUSH_EVENTS``, ``LEAP_ARCHIVE_FLUSH_SECONDS``).

@@ -41,7 +41,7 @@ from streams import metrics
 from streams.app import EXIT_UNPROCESSED, Send
 from streams.kafkalog import UNREACHABLE, KafkaUnreachable, client_logging
 from streams.resilience import KAFKA, Abandoned, stop_waiting_when
-from streams.topics import DEAD_LETTER, RANKINGS, READ_COMMITTED, SUBMISSIONS, consumer_group
+from streams.topics import DEAD_LETTER, RANKINGS, READ_COMMITTED, SUBMISSIONS, consumer_group, session_timeout
 
 log = logging.getLogger("leap.predictor")
 
@@ -68,7 +68,7 @@ def consumer_config(settings: Settings, group: str) -> dict[str, Any]:
     """The predictor's group member: commits only through its :class:`Output`, a new group starts
     at the end (nobody waits for rankings of old submissions), the worker's session timeout, and
     only committed submissions (a publisher's aborted transaction is never ranked)."""
-    session_ms = int(settings.kafka_session_timeout * 1000)
+    session_ms = int(session_timeout(settings) * 1000)
     return settings.confluent_config(**{
         "group.id": group,
         "enable.auto.commit": False,

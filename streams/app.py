@@ -26,7 +26,7 @@ from streams import metrics
 from streams.deadletter import dead_letter, fit_dead_letter
 from streams.events import DeadLetter, Event, EventError
 from streams.resilience import KAFKA, Abandoned, call_until_up, stop_waiting_when
-from streams.topics import ALL_TOPICS, DEAD_LETTER, READ_COMMITTED, consumer_group
+from streams.topics import ALL_TOPICS, DEAD_LETTER, READ_COMMITTED, consumer_group, session_timeout
 
 log = logging.getLogger("leap.streams")
 
@@ -141,8 +141,8 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
         datadir=str(settings.home / "faust" / "{conf.id}-data"),  # Faust formats it with conf=
         # A killed worker's partitions move on after this long (Faust's default is 60 s, which
         # stopped rankings for a minute); heartbeats go five times per session timeout.
-        broker_session_timeout=settings.kafka_session_timeout,
-        broker_heartbeat_interval=settings.kafka_session_timeout / 5,
+        broker_session_timeout=session_timeout(settings),
+        broker_heartbeat_interval=session_timeout(settings) / 5,
         web_enabled=False,
         topic_disable_leader=True,
         topic_allow_declare=False,  # topics come from streams.topics, never auto-created

@@ -335,9 +335,14 @@ def test_broker_restarted_while_a_transactional_predictor_ranks(make_rig: Callab
     rig = make_rig()
     rig.start("features")
     rig.start("predictor")
+    predictor = rig.workers[-1]
     work = workload(f"bp{run_id}", N_FINISHES // 4, N_SUBMISSIONS)
     run_phases(rig, work, during_submissions=then(lambda: _after_rankings(rig, work, 40),
                                                   lambda: rig.restart_broker(5.0)))
+    log = predictor.log_path.read_text(errors="replace")
+    # on-call reads the outage in a pair of lines, not librdkafka's line per reconnect attempt
+    assert "kafka is unavailable" in log and "kafka is back after" in log, predictor.log_tail()
+    assert log.count("kafka is unavailable") <= 3 and "Connection refused" not in log, predictor.log_tail()
 
 
 def test_a_running_predictor_takes_a_rollback_to_the_lookup_baseline(make_rig: Callable[..., Rig],

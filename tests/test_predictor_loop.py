@@ -261,3 +261,16 @@ def wait_for_redis_down(store: FeatureStore) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+@pytest_integration
+def test_the_session_timeout_is_raised_to_the_brokers_minimum(settings: Settings) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    from streams.topics import session_timeout
+
+    admin = AdminClient(settings.confluent_config())
+    broker = ConfigResource(ConfigResource.Type.BROKER, str(next(iter(admin.list_topics(timeout=10).brokers))))
+    floor = int(admin.describe_configs([broker])[broker].result(10)["group.min.session.timeout.ms"].value) / 1000
+    assert session_timeout(replace(settings, kafka_session_timeout=0.1)) == floor  # below: the broker's minimum
+    assert session_timeout(replace(settings, kafka_session_timeout=floor + 5)) == floor + 5
