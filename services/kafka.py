@@ -138,53 +138,9 @@ def kafka_version(settings: Settings) -> str:
     # ranges), so only a broker we started or pinned ourselves has a known version.
     if not settings.kafka_from_env:
         return KAFKA_VERSION
+    from services.kafka_version import local_broker_version
+
     return local_broker_version(settings.kafka_bootstrap) or "unknown"
-
-
-def local_broker_version(bootstrap: str) -> str | None:
-    """The release of a broker of ``bootstrap`` that runs on this machine from a classpath of Kafka
-    jars (the secured stack's, a private test broker's): read from its ``kafka-clients-X.jar``.
-    None for a remote broker, or one this user cannot see (Linux's /proc only)."""
-    for address in bootstrap.split(","):
-        host, _, port = address.strip().rpartition(":")
-        if host not in (HOST, "localhost") or not port.isdigit():
-            continue
-        pid = _listening_pid(int(port))
-        cmdline = Path(f"/proc/{pid}/cmdline") if pid is not None else None
-        if cmdline is None:
-            continue
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for i, arg in enumerate(args[:-1]):
-            if arg == b"-cp":
-                for jar in Path(args[i + 1].decode().removesuffix("*")).glob("kafka-clients-*.jar"):
-                    return jar.name.removeprefix("kafka-clients-").removesuffix(".jar")
-    return None
-
-
-def _listening_pid(port: int) -> int | None:
-    """The process listening on TCP ``port`` of this machine, if this user may see it."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                inodes.add(f"socket:[{fields[9]}]")
-    if not inodes:
-        return None
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
-        try:
-            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
-                return int(fd_dir.parent.name)
-        except OSError:
-            continue
-    return None
 
 
 def wait_for_kafka(settings: Settings, timeout: float, pid: int | None, kafka_dir: Path | None) -> None:

@@ -188,6 +188,29 @@ def stop_owned(pidfile: Path, root: Path) -> str:
     return "not running" if pid is None else stop_process(pid)
 
 
+def listening_pid(port: int) -> int | None:
+    """The process listening on TCP ``port`` of this machine, if this user may see it."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
+                return int(fd_dir.parent.name)
+        except OSError:
+            continue
+    return None
+
+
 def spawn(cmd: list[str], cwd: Path, out: Path, env: dict[str, str] | None = None) -> int:
     """Start a detached service process whose output goes to ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -130,7 +130,9 @@ def test_a_broker_named_by_the_environment_on_this_machine_has_its_version(setti
         pytest.skip("the broker is not a local process")
     named = dataclasses.replace(settings, kafka_from_env=True)
     assert stack.status(named)["kafka"]["version"] == kafka.KAFKA_VERSION
-    assert kafka.local_broker_version("127.0.0.1:1") is None  # nothing listens there
+    from services.kafka_version import local_broker_version
+
+    assert local_broker_version("127.0.0.1:1") is None  # nothing listens there
 
 
 @integration
