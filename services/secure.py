@@ -60,6 +60,8 @@ CERT_DAYS = 30
 KAFKA_ACLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("TOPIC", "leap.", ("DESCRIBE", "READ", "WRITE", "CREATE")),
     ("GROUP", "leap-", ("DESCRIBE", "READ")),
+    # the predictors' transactions (predictor/transactions.py: transactional ids leap-predictor-...)
+    ("TRANSACTIONAL_ID", "leap-", ("DESCRIBE", "WRITE")),
 )
 
 #: Commands the store's ACL user may run. Its clients send EVALSHA (every update, by SHA), SCRIPT
