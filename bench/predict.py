@@ -1,7 +1,7 @@
 """``bench predict``: the ranking loop without Kafka, lookup fallback vs LightGBM in one process.
 
 Per batch: decode the submissions from bytes, :meth:`RankingService.rank` (read features, build
-rows, predict, price, rank), encode the rankings — the loop the predictor agent runs, minus
+rows, predict, price, rank), encode the rankings — the loop the predictor runs, minus
 Kafka. Each run passes over the same batches once per variant, variants back to back, so the
 ratios between them are measured side by side:
 

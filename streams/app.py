@@ -1,9 +1,11 @@
 """The Faust app of a worker role and the batch plumbing every agent shares.
 
-Each worker role is its own consumer group (``leap-features``, ``leap-predictor``, or
-``leap-all`` for both in one process): run either ``all`` or the separate roles, not both.
+The feature agents (role ``features``, or ``all`` beside the predictor) and the archiver run on
+Faust; each role is its own consumer group (``leap-features``, ``leap-all``, ``leap-archiver``):
+run either ``all`` or ``features``, not both. The predictor is a librdkafka loop
+(:mod:`predictor.loop`, group ``leap-predictor``) that shares the batch plumbing below.
 Agents take events in batches (``take_events``) so Redis sees one round trip per batch; the
-agents themselves live with what they serve (:mod:`features.agents`, :mod:`predictor.agent`).
+agents themselves live with what they serve (:mod:`features.agents`, :mod:`streams.archiver`).
 Their per-batch logic takes plain callables (:data:`Send`) and anything shaped like a Faust event
 (:class:`SourceEvent`), so it runs, and is tested, without a worker.
 """
