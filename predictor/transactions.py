@@ -17,8 +17,12 @@ offsets behind: whoever takes its partitions ranks those submissions again, once
   rates one transaction carries several batches (fewer commits, rankings visible later).
 - **errors** (librdkafka's classes): retriable ones are retried (the broker is away: said once,
   ``kafka is unavailable`` / ``kafka is back``); one that requires an abort aborts and rewinds
-  the consumer to the transaction's first offsets, so the batches are ranked again; a fatal one
-  (fenced: another worker took this id) stops the worker (exit 75), nothing committed.
+  the consumer to the transaction's first offsets, so the batches are ranked again. A fatal one
+  is a fenced producer: the broker aborted a transaction that outlived its timeout (a worker
+  starved of CPU, a broker restart) and bumped the producer's epoch, or a newer instance took
+  this id. The loop then starts a new producer under the same id (which fences any other holder
+  in turn) and rewinds the same way; more than :data:`MAX_RESTARTS` a minute (two live workers
+  sharing an id) stop the worker (exit 75), nothing committed.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ log = logging.getLogger("leap.predictor")
 TRANSACTION_TIMEOUT_S = 2.0
 #: Longest a transactional call (init, offsets, commit, abort) waits before it is retried.
 CALL_TIMEOUT_S = 10.0
+#: Fenced producers replaced within a minute before the worker gives up (see the module docstring).
+MAX_RESTARTS = 5
 
 T = TypeVar("T")
 
@@ -97,11 +103,13 @@ class ExactlyOnce:
         self.assigned = assigned
         self.interval = settings.transaction_interval
         self.transactional_id = transactional_id
-        self.producer = Producer(producer_config(settings, **{
+        self.config = producer_config(settings, **{
             "transactional.id": transactional_id,
             "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
-        }))
+        })
+        self.producer = Producer(self.config)
         self.aborted = 0  # transactions aborted (and their batches rewound) so far
+        self.restarts: list[float] = []  # when a fenced producer was replaced
         self._buffer: list[tuple[str, bytes, bytes]] = []
         self._batch: tuple[Offsets, Offsets] | None = None
         self._opened_at: float | None = None  # None: no transaction open
@@ -130,11 +138,18 @@ class ExactlyOnce:
             # A rebalance took some of its partitions meanwhile: their new owner ranks those
             # submissions, and the rest is read again here.
             return {key: offset for key, offset in first.items() if key in self.assigned}
-        if self._opened_at is None:
-            self.producer.begin_transaction()
-            self._opened_at = time.monotonic()
-        for topic, key, value in buffered:
-            produce(self.producer, topic, key, value)
+        self._batch = batch  # in flight until produced: a failure below rewinds it with the rest
+        try:
+            if self._opened_at is None:
+                self.producer.begin_transaction()
+                self._opened_at = time.monotonic()
+            for topic, key, value in buffered:
+                produce(self.producer, topic, key, value)
+        except KafkaException as exc:
+            rewind = self._recover(exc)
+            self._batch, self._void = None, False
+            return rewind
+        self._batch = None
         self._offsets.update(offsets)
         for partition, offset in first.items():
             self._first.setdefault(partition, offset)
@@ -162,25 +177,52 @@ class ExactlyOnce:
                     offsets, self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S), "sending offsets")
             self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing")
         except KafkaException as exc:
-            if not exc.args[0].txn_requires_abort():
-                raise
-            log.warning("transaction aborted (%s): its %d partition(s) are read again", exc.args[0].str(),
-                        len(self._first))
-            return self.abort()
+            return self._recover(exc)
         self._done()
         return {}
 
     def abort(self) -> Offsets:
         """Abort the open transaction; the offsets to rewind the consumer to."""
+        rewind = self._rewind_offsets()
+        if self._opened_at is not None:
+            try:
+                self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting")
+            except KafkaException as exc:
+                if not exc.args[0].fatal():
+                    raise
+                return self._recover(exc)
+            self.aborted += 1
+        self._done()
+        return rewind
+
+    def _rewind_offsets(self) -> Offsets:
+        """Where the consumer reads again after the open transaction is given up: its first offsets,
+        and those of a batch in flight (which comes after it, and is dropped)."""
         rewind = {key: offset for key, offset in self._first.items() if key in self.assigned}
-        if self._batch is not None:  # a batch in flight comes after: it is read again too
+        if self._batch is not None:
             self._void = True
             for key, offset in self._batch[1].items():
                 if key in self.assigned:
                     rewind[key] = min(rewind.get(key, offset), offset)
-        if self._opened_at is not None:
-            self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting")
-            self.aborted += 1
+        return rewind
+
+    def _recover(self, exc: KafkaException) -> Offsets:
+        """After a failed transactional call: abort, or replace a fenced producer; the offsets to rewind to."""
+        err = exc.args[0]
+        if not err.fatal():
+            if not err.txn_requires_abort():
+                raise exc
+            log.warning("transaction aborted (%s): its batches are read again", err.str())
+            return self.abort()
+        now = time.monotonic()
+        self.restarts = [t for t in self.restarts if now - t < 60.0] + [now]
+        if len(self.restarts) > MAX_RESTARTS:
+            raise exc  # another live worker holds this id: fencing each other, neither gets anywhere
+        log.warning("transactional producer fenced (%s): a new one under %s; its batches are read again",
+                    err.str(), self.transactional_id)
+        rewind = self._rewind_offsets()
+        self.producer = Producer(self.config)
+        self._retry(self.producer.init_transactions, "starting transactions")
         self._done()
         return rewind
 
@@ -196,7 +238,7 @@ class ExactlyOnce:
                 result = call()
             except KafkaException as exc:
                 err = exc.args[0]
-                if not err.retriable():
+                if err.fatal() or not err.retriable():
                     raise
                 KAFKA.mark_down(_Unavailable(f"{what}: {err.str()}"))
                 time.sleep(0.2)

@@ -274,3 +274,36 @@ def test_the_session_timeout_is_raised_to_the_brokers_minimum(settings: Settings
     floor = int(admin.describe_configs([broker])[broker].result(10)["group.min.session.timeout.ms"].value) / 1000
     assert session_timeout(replace(settings, kafka_session_timeout=0.1)) == floor  # below: the broker's minimum
     assert session_timeout(replace(settings, kafka_session_timeout=floor + 5)) == floor + 5
+
+
+@pytest_integration
+def test_a_fenced_producer_is_replaced_and_its_batches_ranked_once(
+        settings: Settings, routes: Routes, rds: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    """What a transaction the broker timed out does (it fences the producer): here another
+    producer takes the loop's transactional id meanwhile; the loop starts a new one and goes on,
+    and a read_committed reader sees each submission ranked once."""
+    from predictor.transactions import ExactlyOnce
+
+    store = FeatureStore(rds, KeyLayout(f"test-{run_id}"), canonicalize=CAT.canonical)
+    io = Topics(settings, routes)
+    settings = replace(settings, home=tmp_path, worker_id=f"fence-{run_id}")
+    first, second = ([submission(f"{run_id}-{k}-{i}", i) for i in range(10)] for k in "ab")
+    try:
+        with running(settings, service_on(store), routes) as loop:
+            io.wait_ready(loop)
+            for sub in first:
+                io.publish(sub.job_key.encode(), sub.encode())
+            io.until({s.attempt_id for s in first})
+            assert isinstance(loop.output, ExactlyOnce)
+            usurper = Producer(settings.confluent_config(**{"transactional.id": loop.output.transactional_id}))
+            usurper.init_transactions(30)  # the loop's producer is fenced from now on
+            for sub in second:
+                io.publish(sub.job_key.encode(), sub.encode())
+            io.until({s.attempt_id for s in second})
+            io.read(2.0)
+            assert len(loop.output.restarts) >= 1
+        assert io.committed(settings) == io.ends()
+    finally:
+        store.delete_all()
+    ours = [r.attempt_id for r in io.rankings if r.attempt_id.startswith(run_id)]
+    assert sorted(ours) == sorted(s.attempt_id for s in first + second)  # each once
