@@ -110,6 +110,7 @@ class ExactlyOnce:
         self.producer = Producer(self.config)
         self.aborted = 0  # transactions aborted (and their batches rewound) so far
         self.restarts: list[float] = []  # when a fenced producer was replaced
+        self.broken = False  # a transactional call failed for good: nothing more is tried, the worker exits
         self._buffer: list[tuple[str, bytes, bytes]] = []
         self._batch: tuple[Offsets, Offsets] | None = None
         self._opened_at: float | None = None  # None: no transaction open
@@ -168,7 +169,7 @@ class ExactlyOnce:
     def commit(self, asynchronous: bool = True) -> Offsets:
         """Commit the open transaction with its offsets. Returns the offsets to rewind to when it
         had to be aborted instead (empty when committed or when nothing was open)."""
-        if self._opened_at is None:
+        if self._opened_at is None or self.broken:
             return {}
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._offsets.items() if (t, p) in self.assigned]
         try:
@@ -184,7 +185,7 @@ class ExactlyOnce:
     def abort(self) -> Offsets:
         """Abort the open transaction; the offsets to rewind the consumer to."""
         rewind = self._rewind_offsets()
-        if self._opened_at is not None:
+        if self._opened_at is not None and not self.broken:
             try:
                 self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting")
             except KafkaException as exc:
@@ -207,16 +208,20 @@ class ExactlyOnce:
         return rewind
 
     def _recover(self, exc: KafkaException) -> Offsets:
-        """After a failed transactional call: abort, or replace a fenced producer; the offsets to rewind to."""
+        """After a failed transactional call: abort, or replace a fenced producer; the offsets to
+        rewind to. Anything else leaves the output :attr:`broken` (the loop's way out must not call
+        the producer again: a call after a failed one can wait for it for ever) and is raised."""
         err = exc.args[0]
         if not err.fatal():
             if not err.txn_requires_abort():
+                self.broken = True
                 raise exc
             log.warning("transaction aborted (%s): its batches are read again", err.str())
             return self.abort()
         now = time.monotonic()
         self.restarts = [t for t in self.restarts if now - t < 60.0] + [now]
         if len(self.restarts) > MAX_RESTARTS:
+            self.broken = True
             raise exc  # another live worker holds this id: fencing each other, neither gets anywhere
         log.warning("transactional producer fenced (%s): a new one under %s; its batches are read again",
                     err.str(), self.transactional_id)
@@ -259,7 +264,8 @@ class ExactlyOnce:
 
     def close(self) -> None:
         self.commit()
-        self.producer.flush(CALL_TIMEOUT_S)
+        if not self.broken:
+            self.producer.flush(CALL_TIMEOUT_S)
 
 
 class _Unavailable(Exception):

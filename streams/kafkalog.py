@@ -5,7 +5,9 @@ per attempt and per client (1,274 lines in 31 s in a predictor's log). Clients m
 :func:`client_logging` instead:
 
 - log through the ``leap.librdkafka`` logger (levels mapped by confluent-kafka), except its
-  ``FAIL`` / ``ERROR`` lines, which repeat what the error callback is told;
+  ``FAIL`` / ``ERROR`` lines, which repeat what the error callback is told, and a line it repeats
+  within :data:`REPEAT_S` (a transactional producer retrying ``Not coordinator`` while a fresh
+  broker loads its transaction log wrote the same line dozens of times a second);
 - report an unreachable broker (``_TRANSPORT``, ``_ALL_BROKERS_DOWN``, a failed name lookup) as
   :data:`streams.resilience.KAFKA` being down: one ``kafka is unavailable`` line, and one
   ``kafka is back after N s`` once the client's owner sees it work again
@@ -31,12 +33,29 @@ UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, Ka
                          KafkaError._TIMED_OUT, KafkaError.NETWORK_EXCEPTION})
 
 
+#: A librdkafka line seen again within this many seconds is dropped.
+REPEAT_S = 60.0
+
+
 class _NotRepeated(logging.Filter):
-    """Drops librdkafka lines of :data:`REPEATED_BY_ERROR_CB` facilities."""
+    """Drops librdkafka lines of :data:`REPEATED_BY_ERROR_CB` facilities, and repeats (:data:`REPEAT_S`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_seen: dict[str, float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
-        return not (args and str(args[0]) in REPEATED_BY_ERROR_CB)
+        if args and str(args[0]) in REPEATED_BY_ERROR_CB:
+            return False
+        text = record.getMessage()
+        seen = self.last_seen.get(text)
+        if seen is not None and record.created - seen < REPEAT_S:
+            return False
+        if len(self.last_seen) > 1000:  # many distinct lines: forget them rather than grow
+            self.last_seen.clear()
+        self.last_seen[text] = record.created
+        return True
 
 
 LIBRDKAFKA.addFilter(_NotRepeated())

@@ -42,3 +42,15 @@ def test_kafka_back_is_said_once_with_how_long_it_was_away(caplog: pytest.LogCap
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kafka is")]
     assert len(lines) == 2
     assert lines[0].startswith("kafka is unavailable") and lines[1].startswith("kafka is back after")
+
+
+def test_a_librdkafka_line_repeated_within_a_minute_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    from streams.kafkalog import LIBRDKAFKA
+
+    caplog.set_level(logging.INFO)
+    line = ("%s [%s] %s", "GETPID", "rdkafka#producer-1", "Failed to acquire transactional PID: Not coordinator")
+    for _ in range(50):
+        LIBRDKAFKA.warning(*line)
+    LIBRDKAFKA.warning("%s [%s] %s", "GETPID", "rdkafka#producer-1", "Coordinator load in progress")
+    said = [r.getMessage() for r in caplog.records if r.name == "leap.librdkafka"]
+    assert len(said) == 2 and "Not coordinator" in said[0] and "load in progress" in said[1]
