@@ -48,7 +48,7 @@ log = logging.getLogger("leap.predictor")
 #: holds ``read_committed`` readers of the partitions it wrote until then: it bounds failover
 #: (docs/faults.md). Ours last a batch's produce and commit (milliseconds; never a Redis wait).
 TRANSACTION_TIMEOUT_S = 2.0
-#: Longest a transactional call (init, offsets, commit, abort) waits before it is retried.
+#: Longest a transactional call (init, commit, abort) waits before it is retried (resumed).
 CALL_TIMEOUT_S = 10.0
 #: Fenced producers replaced within a minute before the worker gives up (see the module docstring).
 MAX_RESTARTS = 5
@@ -174,8 +174,11 @@ class ExactlyOnce:
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._offsets.items() if (t, p) in self.assigned]
         try:
             if offsets:
-                self._retry(lambda: self.producer.send_offsets_to_transaction(
-                    offsets, self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S), "sending offsets")
+                # No timeout: unlike init, commit and abort, a timed-out send_offsets cannot be
+                # resumed (called again, it is refused as a conflicting call in progress). During
+                # an outage it waits for the broker; the transaction is then aborted or committed.
+                self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata())
+                KAFKA.mark_up()
             self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing")
         except KafkaException as exc:
             return self._recover(exc)
