@@ -28,6 +28,7 @@ offsets behind: whoever takes its partitions ranks those submissions again, once
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
 import socket
@@ -43,11 +44,14 @@ from streams.resilience import KAFKA
 
 log = logging.getLogger("leap.predictor")
 
-#: How long the broker lets a transaction stay open before aborting it itself. Only a dead
-#: worker's transaction (when no worker of its identity starts again) lasts that long, and it
-#: holds ``read_committed`` readers of the partitions it wrote until then: it bounds failover
-#: (docs/faults.md). Ours last a batch's produce and commit (milliseconds; never a Redis wait).
-TRANSACTION_TIMEOUT_S = 2.0
+#: How long the broker lets a transaction stay open before aborting it itself (and the longest a
+#: ranking waits in the producer, ``message.timeout.ms`` following it). Only a dead worker's
+#: transaction (when no worker of its identity starts again) lasts that long, and it holds
+#: ``read_committed`` readers of the partitions it wrote until then: it bounds failover when a kill
+#: lands inside a transaction (docs/faults.md). Ours last a batch's produce and commit
+#: (milliseconds; never a Redis wait), but a broker starved of CPU answered produce requests after
+#: more than a second (load average 33 on 2 cores), and at 2 s transactions kept timing out there.
+TRANSACTION_TIMEOUT_S = 5.0
 #: Longest a transactional call (init, commit, abort) waits before it is retried (resumed).
 CALL_TIMEOUT_S = 10.0
 #: Fenced producers replaced within a minute before the worker gives up (see the module docstring).
@@ -59,11 +63,13 @@ _held_slots: list[int] = []  # lock files of worker identities this process hold
 
 
 def worker_identity(settings: Settings, group: str) -> str:
-    """This worker's identity within ``group``: ``Settings.worker_id``, or this host's lowest free slot.
+    """This worker's identity within ``group``: ``Settings.worker_id``, or the host, its ``home``
+    and the home's lowest free slot.
 
     A slot is an exclusive lock on a file under ``home/workers`` (released by the kernel when the
-    process dies, even by ``kill -9``): a worker restarted on the same host takes the slot of the
-    one it replaces, so its transactional id, and two workers of one host never share one.
+    process dies, even by ``kill -9``): a worker restarted on the same host and home takes the slot
+    of the one it replaces, so its transactional id, and two live workers never share one (workers
+    of other homes on the host have ids of their own: the home is part of it).
     """
     if settings.worker_id:
         return settings.worker_id
@@ -78,7 +84,8 @@ def worker_identity(settings: Settings, group: str) -> str:
             os.close(fd)
             continue
         _held_slots.append(fd)
-        return f"{host}-{slot}"
+        home = hashlib.sha256(str(settings.home.resolve()).encode()).hexdigest()[:8]
+        return f"{host}-{home}-{slot}"
     raise RuntimeError(f"no free worker slot under {folder}")
 
 
