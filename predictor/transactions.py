@@ -50,8 +50,9 @@ log = logging.getLogger("leap.predictor")
 #: ``read_committed`` readers of the partitions it wrote until then: it bounds failover when a kill
 #: lands inside a transaction (docs/faults.md). Ours last a batch's produce and commit
 #: (milliseconds; never a Redis wait), but a broker starved of CPU answered produce requests after
-#: more than a second (load average 33 on 2 cores), and at 2 s transactions kept timing out there.
-TRANSACTION_TIMEOUT_S = 5.0
+#: more than a second (load average 33 on 2 cores): at 2 s transactions of large batches kept timing
+#: out and were ranked again, and a closed loop ranked nothing. 10 s is Kafka Streams' choice too.
+TRANSACTION_TIMEOUT_S = 10.0
 #: Longest a transactional call (init, commit, abort) waits before it is retried (resumed).
 CALL_TIMEOUT_S = 10.0
 #: Fenced producers replaced within a minute before the worker gives up (see the module docstring).
