@@ -78,6 +78,8 @@ class Output(Protocol):
 
     def due(self, idle: bool) -> bool: ...
 
+    def until_due(self) -> float | None: ...
+
     def commit(self, asynchronous: bool = True) -> Offsets: ...
 
     def keepalive(self) -> None: ...
@@ -197,6 +199,9 @@ class AtLeastOnce:
 
     def due(self, idle: bool) -> bool:
         return time.monotonic() >= self._next_commit
+
+    def until_due(self) -> float | None:
+        return None  # commits wait for the loop: they need the batch's deliveries anyway
 
     def commit(self, asynchronous: bool = True) -> Offsets:
         """Commit the acknowledged prefix; raise :class:`DeliveryFailed` after a refused delivery."""

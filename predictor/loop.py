@@ -200,12 +200,20 @@ class ConfluentPredictor:
         return out
 
     async def _await_handled(self, work: Coroutine[Any, Any, object]) -> None:
-        """Await a batch's handler; past :data:`KEEPALIVE_S`, keep the paused consumer polled."""
+        """Await a batch's handler (it ranks in a thread). Meanwhile commit what earlier batches
+        left open once it is due (their rankings are not held for the length of this batch), and
+        past :data:`KEEPALIVE_S` keep the paused consumer polled."""
         task = asyncio.ensure_future(work)
+        started = time.monotonic()
         while True:
-            await asyncio.wait((task,), timeout=KEEPALIVE_S)
+            left = self.output.until_due()
+            await asyncio.wait((task,), timeout=KEEPALIVE_S if left is None else min(KEEPALIVE_S, max(left, 0.0)))
             if task.done():
                 break
+            if self.output.due(False):
+                self._rewind(self.output.commit())
+            if time.monotonic() - started < KEEPALIVE_S:
+                continue
             if not self._paused:
                 self.consumer.pause(self.consumer.assignment())
                 self._paused = True

@@ -13,8 +13,9 @@ offsets behind: whoever takes its partitions ranks those submissions again, once
 - **sends are buffered** for the length of a batch and produced once its handler returned: a
   transaction never stays open while a batch waits out a Redis outage.
 - **commit**: when the loop finds nothing more to take, or once the open transaction is
-  ``Settings.transaction_interval`` old. At low rates each batch is its own transaction; at high
-  rates one transaction carries several batches (fewer commits, rankings visible later).
+  ``Settings.transaction_interval`` old, also while the next batch is being ranked (in a thread:
+  the loop commits meanwhile). At low rates each batch is its own transaction; at high rates one
+  transaction carries the batches produced within the interval.
 - **errors** (librdkafka's classes): retriable ones are retried (the broker is away: said once,
   ``kafka is unavailable`` / ``kafka is back``); one that requires an abort aborts and rewinds
   the consumer to the transaction's first offsets, so the batches are ranked again. A fatal one
@@ -167,6 +168,10 @@ class ExactlyOnce:
 
     def due(self, idle: bool) -> bool:
         return self._opened_at is not None and (idle or time.monotonic() - self._opened_at >= self.interval)
+
+    def until_due(self) -> float | None:
+        """Seconds until the open transaction is due even while submissions keep arriving (None: none open)."""
+        return None if self._opened_at is None else self._opened_at + self.interval - time.monotonic()
 
     @property
     def open(self) -> bool:
