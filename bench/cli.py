@@ -6,6 +6,7 @@ write Redis keys only under a scratch prefix that they delete when they end.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -120,8 +121,11 @@ def e2e_cmd(
     role: Annotated[str, typer.Option(help="Worker role: predictor | all.")] = "predictor",
     warm: Warm = 20000,
     startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds for the worker's first ranking.")] = 90.0,
-    engine: Annotated[str, typer.Option(help="Predictor engine: confluent | faust | both (one after the other).")]
-    = "confluent",
+    delivery: Annotated[str, typer.Option(
+        help="How the predictor commits: exactly_once | at_least_once | both (one after the other).")]
+    = "exactly_once",
+    transaction_interval: Annotated[float | None, typer.Option(
+        min=0, help="Longest open transaction, s [default: $LEAP_TRANSACTION_INTERVAL or 0.05].")] = None,
     model: Annotated[Path | None, typer.Option(help="Pin the worker to this saved model folder (or lookup).")] = None,
     private: Annotated[bool, typer.Option(help="Use a broker and redis-server of the benchmark's own.")] = False,
     repeat: Repeat = 3,
@@ -132,12 +136,13 @@ def e2e_cmd(
 
     if role not in ("predictor", "all"):
         raise typer.BadParameter("role must be predictor or all", param_hint="--role")
-    engine = "faust" if role == "all" else engine  # `leap worker all` runs its predictor on Faust
-    if engine not in ("faust", "confluent", "both"):
-        raise typer.BadParameter("engine must be confluent, faust or both", param_hint="--engine")
+    if delivery not in ("exactly_once", "at_least_once", "both"):
+        raise typer.BadParameter("delivery must be exactly_once, at_least_once or both", param_hint="--delivery")
     settings = Settings.from_env() if private else services_needed()  # --private starts services of its own
+    if transaction_interval is not None:
+        settings = dataclasses.replace(settings, transaction_interval=transaction_interval)
     emit(bench_e2e(settings, Load(rate, duration, window, drain, repeat), role, warm, startup_timeout,
-                   seed, engine, model, private))  # type: ignore[arg-type]
+                   seed, delivery, model, private))  # type: ignore[arg-type]
 
 
 @app.command("scale")

@@ -22,11 +22,12 @@ over that loop's. With ``--model DIR`` the worker is pinned to that saved model 
 --model``) and the loop uses it too; without, the loop uses the lookup fallback, like for like
 only when the worker served the lookup as well (``model_versions``).
 
-``--engine faust|confluent|both`` picks the predictor's Kafka engine (``LEAP_PREDICTOR_ENGINE``);
+``--delivery exactly_once|at_least_once|both`` picks how the predictor commits (``LEAP_EXACTLY_ONCE``:
+in Kafka transactions, committed every ``--transaction-interval`` at most, or at least once);
 ``both`` runs the two one after the other in one invocation (a worker of each, ``repeat`` runs
-each), reports every figure prefixed with the engine (``faust_rankings_per_s``...), the
-unprefixed headline figures of the first one run (confluent, the default engine), and
-``confluent_over_faust``: the ratio of their rankings/s run by run.
+each), reports every figure prefixed with the mode (``exactly_once_rankings_per_s``...), the
+unprefixed headline figures of the first one run (exactly_once, the default), and
+``exactly_once_over_at_least_once``: the ratio of their rankings/s run by run.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class Collector:
             self._thread.join(10)
 
 
-ENGINES = ("confluent", "faust")  # ``both`` runs them in this order; the first is the default worker's
+DELIVERIES = ("exactly_once", "at_least_once")  # ``both`` runs them in this order; the first is the default
 #: Compiled trees of ``--model`` folders, kept between runs (a new model compiles for minutes; the
 #: worker's scratch home gets a copy, so it starts from the cache as a long-lived worker would).
 COMPILED_CACHE = Path(tempfile.gettempdir()) / "leap-bench-compiled"
@@ -239,17 +240,18 @@ class Load:
     repeat: int
 
 
-def engine_runs(settings: Settings, engine: str, role: str, model_dir: Path | None, pool: list[Submission],
-                store: FeatureStore, load: Load, startup_timeout: float) -> tuple[list[Figures], dict[str, Any]]:
-    """Start a worker on ``engine``, measure ``load.repeat`` runs, stop it; the runs and facts."""
+def delivery_runs(settings: Settings, delivery: str, role: str, model_dir: Path | None, pool: list[Submission],
+                  store: FeatureStore, load: Load, startup_timeout: float) -> tuple[list[Figures], dict[str, Any]]:
+    """Start a worker committing as ``delivery`` says, measure ``load.repeat`` runs, stop it; the runs and facts."""
     home = Path(tempfile.mkdtemp(prefix="leap-bench-home-"))
-    worker_settings = replace(settings, home=home, key_prefix=store.layout.prefix, predictor_engine=engine)
+    worker_settings = replace(settings, home=home, key_prefix=store.layout.prefix,
+                              exactly_once=delivery == "exactly_once")
     worker: WorkerProcess | None = None
     model = load_model(model_dir)
     seed_compiled(home)
     freeze_heap()  # as the worker does: the bare loop must not pay for collections of the set-up objects
     try:
-        say(f"starting a {role} worker on the {engine} engine, model {model.version if model_dir else 'announced'}")
+        say(f"starting a {role} worker ({delivery}), model {model.version if model_dir else 'announced'}")
         worker = BenchWorker(worker_settings, role, home / "worker.log", model_dir)
         with SchedulerClient(settings) as client:
             ready_s, members = worker_ready(client, worker, pool[0], settings, role, startup_timeout)
@@ -285,20 +287,20 @@ def seed_compiled(home: Path) -> None:
             shutil.copy2(lib, target / lib.name)
 
 
-def side_by_side(per_engine: dict[str, list[Figures]]) -> list[Figures]:
-    """One figure set per run: each engine's figures prefixed with its name, the first engine's also
-    unprefixed, and ``confluent_over_faust`` (rankings/s) when both ran."""
-    names = list(per_engine)
+def side_by_side(per_mode: dict[str, list[Figures]]) -> list[Figures]:
+    """One figure set per run: each mode's figures prefixed with its name, the first mode's also
+    unprefixed, and ``exactly_once_over_at_least_once`` (rankings/s) when both ran."""
+    names = list(per_mode)
     if len(names) == 1:
-        return per_engine[names[0]]
+        return per_mode[names[0]]
     out: list[Figures] = []
-    for r in range(min(len(v) for v in per_engine.values())):
-        fig: Figures = dict(per_engine[names[0]][r])
+    for r in range(min(len(v) for v in per_mode.values())):
+        fig: Figures = dict(per_mode[names[0]][r])
         for name in names:
-            fig.update({f"{name}_{k}": v for k, v in per_engine[name][r].items()})
-        if set(ENGINES) <= set(names):
-            fig["confluent_over_faust"] = (per_engine["confluent"][r]["rankings_per_s"]
-                                           / per_engine["faust"][r]["rankings_per_s"])
+            fig.update({f"{name}_{k}": v for k, v in per_mode[name][r].items()})
+        if set(DELIVERIES) <= set(names):
+            fig["exactly_once_over_at_least_once"] = (per_mode["exactly_once"][r]["rankings_per_s"]
+                                                      / per_mode["at_least_once"][r]["rankings_per_s"])
         out.append(fig)
     return out
 
@@ -310,7 +312,7 @@ def bench_e2e(
     warm: int = 20000,
     startup_timeout: float = 90.0,
     seed: int = 0,
-    engine: Literal["faust", "confluent", "both"] = "confluent",
+    delivery: Literal["exactly_once", "at_least_once", "both"] = "exactly_once",
     model_dir: Path | None = None,
     private: bool = False,
 ) -> dict[str, Any]:
@@ -322,15 +324,16 @@ def bench_e2e(
         Broker and Redis (loopback by default); key prefix and home are replaced by scratch ones.
     load
         Rate (submissions/s; 0 = as fast as the worker answers, with at most ``window``
-        unanswered), seconds of publishing per run, seconds of drain after it, runs per engine.
+        unanswered), seconds of publishing per run, seconds of drain after it, runs per mode.
     role
-        ``predictor`` or ``all`` (``all`` runs on the Faust engine only).
+        ``predictor`` or ``all``.
     warm
         Earlier attempts whose finishes are written to the scratch prefix first.
     startup_timeout
         Seconds the worker may take to answer its first submission.
-    engine
-        The predictor's Kafka engine, or ``both`` one after the other.
+    delivery
+        How the predictor commits (``settings.transaction_interval`` for transactions), or ``both``
+        one after the other.
     model_dir
         A saved model folder the worker is pinned to (and the bare loop uses); None: the announced model.
     private
@@ -343,35 +346,38 @@ def bench_e2e(
             # ranking within its start-up timeout and failed; with the topics created it ran.
             # Creating them is a no-op where they exist.
             create_topics(used)
-        per_engine, extra, prefix, w = _measure(used, load, role, warm, startup_timeout, seed, engine, model_dir)
+        per_mode, extra, prefix, w = _measure(used, load, role, warm, startup_timeout, seed, delivery,
+                                              model_dir)
     params = {"rate": load.rate, "duration_s": load.duration, "window": load.window if load.rate <= 0 else None,
-              "drain_s": load.drain, "role": role, "engine": engine, "model_dir": str(model_dir) if model_dir else None,
+              "drain_s": load.drain, "role": role, "delivery": delivery,
+              "transaction_interval_s": settings.transaction_interval,
+              "model_dir": str(model_dir) if model_dir else None,
               "warm_attempts": warm, "seed": seed, "key_prefix": prefix, "private_services": private,
               "mean_candidates": round(float(np.mean([len(s.candidates) for s in w.submissions])), 2),
               "kafka": "private" if private else settings.kafka_bootstrap}
-    return report("e2e", params, side_by_side(per_engine), extra=extra, started=began)
+    return report("e2e", params, side_by_side(per_mode), extra=extra, started=began)
 
 
 def _measure(settings: Settings, load: Load, role: str, warm: int, startup_timeout: float, seed: int,
-             engine: str, model_dir: Path | None) -> tuple[dict[str, list[Figures]], dict[str, Any], str, Workload]:
-    """Seed a scratch prefix, run each engine's worker and runs; the runs, facts, prefix and workload."""
+             delivery: str, model_dir: Path | None) -> tuple[dict[str, list[Figures]], dict[str, Any], str, Workload]:
+    """Seed a scratch prefix, run each mode's worker and runs; the runs, facts, prefix and workload."""
     prefix = scratch_prefix()
     say(f"simulating {warm} attempts of history into Redis prefix {prefix}")
     w = make_workload(warm, 2000, seed, start_time=None)
     store = open_store(settings, load_catalogue(), prefix=prefix)
-    engines = list(ENGINES) if engine == "both" else [engine]
-    per_engine: dict[str, list[Figures]] = {}
+    modes = list(DELIVERIES) if delivery == "both" else [delivery]
+    per_mode: dict[str, list[Figures]] = {}
     extra: dict[str, Any] = {}
     try:
         seed_store(store, w)
-        for name in engines:
-            per_engine[name], facts = engine_runs(settings, name, role, model_dir, w.submissions, store, load,
-                                                  startup_timeout)
-            extra.update(facts if len(engines) == 1 else {f"{name}_{k}": v for k, v in facts.items()})
+        for name in modes:
+            per_mode[name], facts = delivery_runs(settings, name, role, model_dir, w.submissions, store, load,
+                                                    startup_timeout)
+            extra.update(facts if len(modes) == 1 else {f"{name}_{k}": v for k, v in facts.items()})
     finally:
         store.delete_all()
         store.client.close()
-    if len(engines) > 1:  # the headline facts are the first engine's, as its figures
-        extra.update({k: extra[f"{engines[0]}_{k}"] for k in ("worker_ready_s", "consumer_group_members",
+    if len(modes) > 1:  # the headline facts are the first mode's, as its figures
+        extra.update({k: extra[f"{modes[0]}_{k}"] for k in ("worker_ready_s", "consumer_group_members",
                                                                "model_versions")})
-    return per_engine, extra, prefix, w
+    return per_mode, extra, prefix, w

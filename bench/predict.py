@@ -1,7 +1,7 @@
 """``bench predict``: the ranking loop without Kafka, lookup fallback vs LightGBM in one process.
 
 Per batch: decode the submissions from bytes, :meth:`RankingService.rank` (read features, build
-rows, predict, price, rank), encode the rankings — the loop the predictor agent runs, minus
+rows, predict, price, rank), encode the rankings — the loop the predictor runs, minus
 Kafka. Each run passes over the same batches once per variant, variants back to back, so the
 ratios between them are measured side by side:
 
@@ -53,13 +53,14 @@ from core.settings import Settings
 from features.batch_rows import build_batch_rows
 from features.snapshot import FeatureSnapshot
 from features.store import FeatureStore, open_store
+from predictor.handler import PREDICT_BATCH_MAX
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import ThroughputModel
 from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
 from streams.events import Submission
 
-#: The predictor agent takes up to 500 submissions per batch (``predictor.agent.PREDICT_BATCH``).
-PREDICT_BATCH = 500
+#: The predictor ranks up to this many submissions per batch.
+PREDICT_BATCH = PREDICT_BATCH_MAX
 STAGES = ("decode", "read", "rows", "predict", "other", "encode")
 #: DESIGN §9: a plain loop (decode, build rows, predict, encode) of 24 candidates per submission.
 DESIGN_LOOP_PER_S = 3200.0

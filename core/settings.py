@@ -28,10 +28,12 @@ LOCAL_REDIS_CLUSTER_PORTS = (17001, 17002, 17003)
 LOCAL_SECURE_KAFKA_PORTS = (19292, 19293)
 LOCAL_SECURE_REDIS_PORT = 16380
 
-#: Seconds without a heartbeat after which the broker gives a worker's partitions to another (Faust's
-#: default, 60 s, stopped rankings for a minute after a predictor died). 6 s is the broker's default
-#: minimum (``group.min.session.timeout.ms``); ``LEAP_KAFKA_SESSION_TIMEOUT`` changes it.
-DEFAULT_KAFKA_SESSION_TIMEOUT = 6.0
+#: Seconds without a heartbeat after which the broker gives a worker's partitions to another: with
+#: transactions, a killed predictor's submissions are ranked again ~2.2 s later (docs/faults.md,
+#: "Failover"; Faust's default, 60 s, stopped rankings for a minute). Workers raise it to the broker's
+#: ``group.min.session.timeout.ms`` (:func:`streams.topics.session_timeout`; Kafka's default is 6 s,
+#: the brokers of ``leap services up`` allow 1 s); ``LEAP_KAFKA_SESSION_TIMEOUT`` changes it.
+DEFAULT_KAFKA_SESSION_TIMEOUT = 2.0
 
 #: Partitions of each event stream when ``LEAP_TOPIC_PARTITIONS`` is unset: a role's workers share
 #: a topic by partitions, so this is how many workers can be added without repartitioning.
@@ -41,10 +43,10 @@ DEFAULT_TOPIC_PARTITIONS = 12
 DEFAULT_ARCHIVE_FLUSH_EVENTS = 10_000
 DEFAULT_ARCHIVE_FLUSH_SECONDS = 300.0
 
-#: Kafka engines of the predictor role (``LEAP_PREDICTOR_ENGINE``), the default first: a plain
-#: confluent-kafka consume/produce loop (:mod:`predictor.loop`), or the Faust agent, around the same
-#: batch handler (docs/benchmarks.md: 2-3x the rankings/s of the Faust agent, a third of its latency).
-PREDICTOR_ENGINES = ("confluent", "faust")
+#: Longest a predictor's transaction stays open while submissions keep arriving, seconds, when
+#: ``LEAP_TRANSACTION_INTERVAL`` is unset (it commits at once when nothing more has arrived):
+#: docs/benchmarks.md, "The cost of exactly-once rankings".
+DEFAULT_TRANSACTION_INTERVAL = 0.05
 
 
 #: Kafka client security settings and the variables that carry them.
@@ -105,14 +107,22 @@ class Settings:
         :attr:`archive_root`. Kept unresolved so that a copy with another ``home`` follows it.
     kafka_session_timeout
         Consumer group session timeout of the workers, seconds (``LEAP_KAFKA_SESSION_TIMEOUT``):
-        how long a dead worker's partitions wait before another worker takes them.
+        how long a dead worker's partitions wait before another worker takes them (never less
+        than the broker allows: :func:`streams.topics.session_timeout`).
     archive_flush_events, archive_flush_seconds
         The archiver writes a topic's buffer when it holds this many events or is this old
         (``LEAP_ARCHIVE_FLUSH_EVENTS``, ``LEAP_ARCHIVE_FLUSH_SECONDS``).
-    predictor_engine
-        Kafka engine of ``leap worker predictor``, one of :data:`PREDICTOR_ENGINES` (``LEAP_PREDICTOR_ENGINE``):
-        ``confluent`` (:mod:`predictor.loop`) or ``faust`` (the agent); same topics, group and contract.
-        ``leap worker all`` runs its predictor on Faust whatever this says (one group, one engine).
+    exactly_once
+        Predictors rank in Kafka transactions (``LEAP_EXACTLY_ONCE``, default 1): a ``read_committed``
+        reader sees each submission ranked once, even after a crash. 0: at least once (a crash
+        re-ranks what followed the last commit).
+    transaction_interval
+        Longest a predictor's transaction stays open while submissions keep arriving, seconds
+        (``LEAP_TRANSACTION_INTERVAL``); 0: one transaction per batch.
+    worker_id
+        This worker's identity (``LEAP_WORKER_ID``): its transactional id, which its replacement
+        must share to abort what it left open. Unset: this host's lowest free slot
+        (:func:`predictor.transactions.worker_identity`).
     """
 
     kafka_bootstrap: str = f"127.0.0.1:{LOCAL_KAFKA_PORT}"
@@ -132,12 +142,13 @@ class Settings:
     archive_flush_events: int = DEFAULT_ARCHIVE_FLUSH_EVENTS
     archive_flush_seconds: float = DEFAULT_ARCHIVE_FLUSH_SECONDS
     kafka_session_timeout: float = DEFAULT_KAFKA_SESSION_TIMEOUT
-    predictor_engine: str = PREDICTOR_ENGINES[0]
+    exactly_once: bool = True
+    transaction_interval: float = DEFAULT_TRANSACTION_INTERVAL
+    worker_id: str | None = None
 
     def __post_init__(self) -> None:
-        if self.predictor_engine not in PREDICTOR_ENGINES:
-            raise ValueError(f"LEAP_PREDICTOR_ENGINE={self.predictor_engine!r} is not one of "
-                             f"{', '.join(PREDICTOR_ENGINES)}")
+        if not self.transaction_interval >= 0:
+            raise ValueError(f"LEAP_TRANSACTION_INTERVAL={self.transaction_interval!r} must be >= 0 (seconds)")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -166,7 +177,9 @@ class Settings:
             archive_flush_events=_number(env, "LEAP_ARCHIVE_FLUSH_EVENTS", int, defaults.archive_flush_events),
             archive_flush_seconds=_number(env, "LEAP_ARCHIVE_FLUSH_SECONDS", float, defaults.archive_flush_seconds),
             kafka_session_timeout=_number(env, "LEAP_KAFKA_SESSION_TIMEOUT", float, defaults.kafka_session_timeout),
-            predictor_engine=env.get("LEAP_PREDICTOR_ENGINE") or defaults.predictor_engine,
+            exactly_once=_flag(env, "LEAP_EXACTLY_ONCE", default=True),
+            transaction_interval=_number(env, "LEAP_TRANSACTION_INTERVAL", float, defaults.transaction_interval),
+            worker_id=env.get("LEAP_WORKER_ID") or None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -181,8 +194,12 @@ class Settings:
         }
         if self.redis_cluster:
             env["LEAP_REDIS_CLUSTER"] = "1"
-        if self.predictor_engine != PREDICTOR_ENGINES[0]:
-            env["LEAP_PREDICTOR_ENGINE"] = self.predictor_engine
+        if not self.exactly_once:
+            env["LEAP_EXACTLY_ONCE"] = "0"
+        if self.transaction_interval != DEFAULT_TRANSACTION_INTERVAL:
+            env["LEAP_TRANSACTION_INTERVAL"] = repr(self.transaction_interval)
+        if self.worker_id is not None:
+            env["LEAP_WORKER_ID"] = self.worker_id
         if self.kafka_brokers != 1:
             env["LEAP_KAFKA_BROKERS"] = str(self.kafka_brokers)
         if self.topic_partitions != DEFAULT_TOPIC_PARTITIONS:
@@ -248,10 +265,12 @@ def _local_kafka(env: dict[str, str], defaults: Settings) -> tuple[int, str]:
     return brokers, ",".join(f"127.0.0.1:{port}" for port, _ in LOCAL_KAFKA_CLUSTER_PORTS)
 
 
-def _flag(env: dict[str, str], var: str) -> bool:
-    """A yes/no variable (1/true/yes or 0/false/no/unset); anything else names the variable."""
+def _flag(env: dict[str, str], var: str, default: bool = False) -> bool:
+    """A yes/no variable (1/true/yes or 0/false/no; unset: ``default``); anything else names the variable."""
     raw = env.get(var, "").strip().lower()
-    if raw in ("", "0", "false", "no"):
+    if raw == "":
+        return default
+    if raw in ("0", "false", "no"):
         return False
     if raw in ("1", "true", "yes"):
         return True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import re
 import socket
 import time
 from datetime import UTC, datetime
@@ -12,14 +11,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from core.timespec import parse_time
+
 console = Console(stderr=True)
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_since(text: str, now: float | None = None) -> float:
-    """Start time of ``--from``: an ISO-8601 time (UTC if no offset) or a look-back like ``15m``.
+    """Start time of ``--from`` (:func:`core.timespec.parse_time`), never in the future.
 
     Raises
     ------
@@ -27,19 +24,10 @@ def parse_since(text: str, now: float | None = None) -> float:
         With a message meant for the user.
     """
     now = time.time() if now is None else now
-    match = _DURATION.match(text.strip())
-    if match:
-        return now - float(match.group(1)) * _UNIT_S[match.group(2)]
     try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(
-            f"--from {text!r}: expected an ISO-8601 time (2026-12-01T09:30, UTC unless an offset is given) "
-            "or a look-back such as 90s, 15m, 2h, 1d"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    since = when.timestamp()
+        since = parse_time(text, now)
+    except ValueError as exc:
+        raise ValueError(f"--from {exc}") from None
     if since > now:
         raise ValueError(f"--from {text!r} is in the future")
     return since
@@ -65,7 +53,7 @@ def dashboard_cmd(
     host: Annotated[str, typer.Option(help="Address to listen on (127.0.0.1 = this machine only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8050,
     since: Annotated[str | None, typer.Option(
-        "--from", help="Start from this time instead of now: ISO-8601 (UTC unless offset given) or 15m, 2h, 1d.",
+        "--from", help="Start from this time instead of now: ISO time, Unix seconds, 'now' or -15m, -2h, -1d.",
     )] = None,
     accuracy_window: Annotated[int, typer.Option(min=10, max=1_000_000,
                                                  help="Finished attempts behind rolling accuracy.")] = 1000,

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from core.settings import Settings
 from dashboard.aggregator import Aggregator
-from streams.topics import JOB_FINISHES, RANKINGS, SUBMISSIONS
+from streams.topics import JOB_FINISHES, RANKINGS, READ_COMMITTED, SUBMISSIONS
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ _CONSUMER: dict[str, str | int | float | bool] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "fetch.wait.max.ms": 100,
+    **READ_COMMITTED,
     # while the broker is down, try (and log the failure) every few seconds, not every 100 ms
     "reconnect.backoff.ms": 1000,
     "reconnect.backoff.max.ms": 10000,

@@ -9,7 +9,6 @@ The Faust agents only loop over batches; :func:`handle_feature_batch` does the w
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -30,53 +29,17 @@ from streams.app import (
     send_dead_letters,
     topic_sender,
 )
+from streams.deadletter import PROCESSING_ERROR
 from streams.events import Event, JobFinish, JobStart
-from streams.resilience import Dependency, call_until_up
+from streams.resilience import with_redis_retry
 from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS
 
 log = logging.getLogger("leap.features")
 
 #: Batch limits: large enough to amortise a Redis round trip, short enough to keep latency low.
 FEATURE_BATCH = (500, 0.05)
-#: Dead-letter reason of an event a Redis script (or the code around it) rejected.
-PROCESSING_ERROR = "processing_error"
-#: Error replies that say the server cannot serve anyone right now (not that the request is bad):
-#: loading its data, out of memory, failing to persist, a replica, a busy script, a cluster change.
-REDIS_UNAVAILABLE_REPLIES = ("LOADING", "OOM", "MISCONF", "READONLY", "BUSY", "MASTERDOWN", "NOREPLICAS",
-                             "CLUSTERDOWN", "TRYAGAIN")
 
-T = TypeVar("T")
 E = TypeVar("E", bound=Event)
-
-
-def redis_outage(exc: BaseException) -> bool:
-    """True for a Redis error that says the server is unreachable or unable to serve, not that
-    the command (an event) is bad."""
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        return True
-    return isinstance(exc, redis.ResponseError) and str(exc).startswith(REDIS_UNAVAILABLE_REPLIES)
-
-
-#: The online store as seen by this process's agents (``leap_dependency_up{dependency="redis"}``).
-REDIS = Dependency("redis", redis_outage)
-
-
-async def with_redis_retry(fn: Callable[..., T], *args: Any) -> T:
-    """Run a blocking Redis call in a thread, waiting out an outage for as long as it lasts.
-
-    Parameters
-    ----------
-    fn, args
-        A blocking call on Redis and its arguments.
-
-    Returns
-    -------
-    What ``fn`` returns. Only errors that say the request itself is bad (e.g. a script's
-    ``ResponseError``) are raised; cancellation is raised too (the batch then stays unacked).
-    """
-    return await call_until_up(REDIS, lambda: asyncio.to_thread(fn, *args))
-
-
 async def apply_with_isolation(
     apply: Callable[[Sequence[E]], list[int]],
     events: Sequence[E],

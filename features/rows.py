@@ -1,6 +1,6 @@
 """The one function that turns (submission, feature snapshot, candidates) into model rows.
 
-Serving (the predictor agent) and training (``leap train``, backtests) both call
+Serving (the predictor) and training (``leap train``, backtests) both call
 :func:`build_rows`; nothing else builds a model row. Targets and predictions are
 **per-accelerator** throughput (samples/s per accelerator); multiply by ``num_accelerators``.
 A model that re-evaluates rows on another hardware type (the base model, on the job's prior

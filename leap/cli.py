@@ -107,8 +107,6 @@ def worker(
         help="archiver, trainer: the history archive [default: $LEAP_ARCHIVE_DIR or .leap/archive].")] = None,
     schedule: Annotated[str, typer.Option(help="trainer: time of the daily run, HH:MM UTC.")] = "02:00",
     run_now: Annotated[bool, typer.Option(help="trainer: train once now and exit.")] = False,
-    engine: Annotated[str | None, typer.Option(
-        help="predictor: Kafka engine, confluent | faust [default: $LEAP_PREDICTOR_ENGINE or confluent].")] = None,
     model: Annotated[Path | None, typer.Option(
         help="predictor, all: serve this saved model folder (or baseline: lookup) and ignore announcements.")]
     = None,
@@ -125,8 +123,6 @@ def worker(
     port = worker_mod.DEFAULT_METRICS_PORTS[role] if metrics_port is None else metrics_port
     try:
         settings = Settings.from_env()
-        settings = replace(settings, predictor_engine=engine) if engine is not None else settings
-        worker_mod.check_engine(engine, role)
     except ValueError as exc:
         raise fail(str(exc)) from None
     archive = ArchiveConfig.from_settings(settings)

@@ -1,11 +1,12 @@
-"""``leap worker ROLE``: run the feature agents, the predictor agent, or both, under Faust; the archiver
-(topics to the Parquet history archive); or the nightly trainer. The predictor role alone may run on
-the confluent-kafka engine instead (``LEAP_PREDICTOR_ENGINE=confluent``, :mod:`predictor.loop`)."""
+"""``leap worker ROLE``: run the feature agents (Faust), the predictor (a confluent-kafka loop,
+:mod:`predictor.loop`), or both in one process; the archiver (topics to the Parquet history
+archive); or the nightly trainer."""
 
 from __future__ import annotations
 
 import gc
 import logging
+import threading
 from pathlib import Path
 
 import faust
@@ -14,9 +15,9 @@ from core.hardware import Catalogue, load_catalogue
 from core.settings import Settings
 from features.agents import attach_feature_agents
 from features.store import FeatureStore, open_store
-from predictor.agent import attach_predictor_agent
 from predictor.lgbm import LightGBMThroughput
-from predictor.loop import serve as serve_confluent_predictor
+from predictor.loop import ConfluentPredictor, serve_in_thread
+from predictor.loop import serve as serve_predictor
 from predictor.registry import Registry
 from predictor.reload import ModelFollower, compile_and_report
 from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
@@ -59,76 +60,54 @@ def reload_prices(catalogue: Catalogue) -> None:
         log.info("hourly prices reloaded from %s", catalogue.prices_path)
 
 
-def build(settings: Settings, role: str, archive: ArchiveConfig | None = None,
-          model_dir: Path | None = None) -> faust.App:
-    """The Faust app of a role, with its agents attached."""
-    if role not in ROLES or role == "trainer":
-        raise ValueError(f"no Faust app for worker role {role!r}; choose one of {', '.join(ROLES[:-1])}")
-    if role == "archiver":  # needs neither Redis nor the catalogue
-        app, topics = build_app(settings, role)
-        attach_archiver_agents(app, topics, archive or ArchiveConfig.from_settings(settings))
-        return app
-    catalogue = load_catalogue()
-    store = open_store(settings, catalogue)
+def build(settings: Settings, role: str, archive: ArchiveConfig | None = None) -> faust.App:
+    """The Faust app of a role (the feature agents of ``features`` and ``all``, or the archiver's)."""
+    if role not in ("features", "all", "archiver"):
+        raise ValueError(f"no Faust app for worker role {role!r}; choose one of features, all, archiver")
     app, topics = build_app(settings, role)
-    if role in ("features", "all"):
-        attach_feature_agents(app, topics, store)
-    if role in ("predictor", "all"):
-        service, follower = predictor_service(settings, store, catalogue, model_dir)
-        attach_predictor_agent(app, topics, service)
-
-        if follower is not None:
-            @app.task
-            async def follow_models() -> None:
-                follower.start()
-
-        @app.timer(interval=30.0)
-        async def prices() -> None:
-            reload_prices(catalogue)
+    if role == "archiver":  # needs neither Redis nor the catalogue
+        attach_archiver_agents(app, topics, archive or ArchiveConfig.from_settings(settings))
+    else:
+        catalogue = load_catalogue()
+        attach_feature_agents(app, topics, open_store(settings, catalogue))
     return app
 
 
-def run_confluent_predictor(settings: Settings, model_dir: Path | None) -> None:
-    """The predictor role on the confluent-kafka engine (:mod:`predictor.loop`)."""
-    # The Faust worker's log format and level (faust.Worker configures them for the other roles).
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s")
+def start_predictor(settings: Settings, model_dir: Path | None,
+                    in_thread: bool) -> tuple[ConfluentPredictor, threading.Thread] | None:
+    """The predictor role (:mod:`predictor.loop`): run here until SIGTERM, or, ``in_thread``,
+    started beside a Faust worker (``all``) and returned with its thread."""
     catalogue = load_catalogue()
     service, follower = predictor_service(settings, open_store(settings, catalogue), catalogue, model_dir)
     if follower is not None:
         follower.start()
+    if in_thread:
+        return serve_in_thread(settings, service, lambda: reload_prices(catalogue))
     gc.collect()
-    gc.freeze()  # as for the Faust worker: long-lived objects are not rescanned
-    log.info("predictor runs on the confluent-kafka engine")
-    serve_confluent_predictor(settings, service, lambda: reload_prices(catalogue))
-
-
-def check_engine(engine: str | None, role: str) -> None:
-    """Raise ValueError for an engine asked for (``--engine``) that the role cannot run."""
-    if engine == "confluent" and role == "all":
-        # The features and the predictor of `all` share one consumer group, and one group cannot mix
-        # Faust's assignor with librdkafka's.
-        raise ValueError("the confluent-kafka engine runs the predictor role only: run `leap worker features` "
-                         "and `leap worker predictor`, or the Faust engine for `all`")
+    gc.freeze()  # long-lived objects built above are not rescanned (GC pauses cost p99)
+    serve_predictor(settings, service, lambda: reload_prices(catalogue))
+    return None
 
 
 def run(settings: Settings, role: str, metrics_port: int, archive: ArchiveConfig | None = None,
         nightly: NightlyConfig | None = None, model_dir: Path | None = None) -> None:
     """Create missing topics, serve metrics and run the worker until SIGTERM/SIGINT."""
-    confluent = settings.predictor_engine == "confluent" and role == "predictor"
-    if role == "all":
-        log.info("role all runs its predictor agent on Faust (LEAP_PREDICTOR_ENGINE is for `leap worker predictor`)")
     create_topics(settings)
     if role == "trainer":  # a scheduled loop, not a stream processor
         metrics.serve(metrics_port)
         archive_root = (archive or ArchiveConfig.from_settings(settings)).root
         serve_nightly(settings, nightly or NightlyConfig(archive_root, settings.registry_dir))
         return
-    if confluent:
+    if role == "predictor":
         metrics.serve(metrics_port)
-        run_confluent_predictor(settings, model_dir)
+        logging.basicConfig(level=logging.INFO, format="[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s")
+        start_predictor(settings, model_dir, in_thread=False)
         return
-    app = build(settings, role, archive, model_dir)
+    app = build(settings, role, archive)
     metrics.serve(metrics_port)
+    # `all`: the predictor beside the feature agents, in a thread with a consumer group of its own
+    # (one group cannot mix Faust's assignor with librdkafka's).
+    predictor = start_predictor(settings, model_dir, in_thread=True) if role == "all" else None
     # Long-lived objects built above never die: keep the collector from rescanning them
     # (GC pauses are the main p99 cost of a Python server).
     gc.collect()
@@ -136,4 +115,9 @@ def run(settings: Settings, role: str, metrics_port: int, archive: ArchiveConfig
     # loglevel=info: at faust's default level the root logger goes to DEBUG and every send
     # builds a log record.
     worker = faust.Worker(app, loglevel="info", quiet=True)
-    worker.execute_from_commandline()
+    try:
+        worker.execute_from_commandline()
+    finally:
+        if predictor is not None:  # SIGTERM stopped the agents: the predictor commits and leaves too
+            predictor[0].stopping = True
+            predictor[1].join(30)

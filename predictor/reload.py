@@ -26,13 +26,22 @@ from predictor.registry import ModelRecord, Registry
 from predictor.service import ActiveModel, ModelHolder
 from streams import metrics
 from streams.events import SCHEMA_VERSION, EventError, ModelAnnouncement
+from streams.kafkalog import client_logging
 from streams.topics import CURRENT_MODEL_KEY, MODELS, end_offsets
 
 log = logging.getLogger("leap.reload")
 
 
-def announce(settings: Settings, record: ModelRecord | None, version: str | None = None) -> ModelAnnouncement:
-    """Publish that ``record`` (or the baseline ``version``) is now current."""
+def announcement(record: ModelRecord | None, version: str | None = None) -> ModelAnnouncement:
+    """The announcement that ``record`` (a promotion, or a rollback to a registered version) or the
+    baseline ``version`` (a rollback to ``lookup``: no artifact, no metrics) is now current.
+
+    Raises
+    ------
+    EventError
+        When the announcement would not pass its own contract: the project never publishes one
+        that the predictors' decoder rejects (they would ignore it and keep the old model).
+    """
     event = ModelAnnouncement(
         schema_version=SCHEMA_VERSION,
         event_id=f"model:{uuid.uuid4().hex}",
@@ -42,7 +51,13 @@ def announce(settings: Settings, record: ModelRecord | None, version: str | None
         artifact=str(record.path) if record is not None else None,
         metrics=record.metadata.get("metrics") if record is not None else None,
     )
-    producer = Producer(settings.confluent_config(**{"enable.idempotence": True}))
+    return ModelAnnouncement.decode(event.encode())
+
+
+def announce(settings: Settings, record: ModelRecord | None, version: str | None = None) -> ModelAnnouncement:
+    """Publish :func:`announcement` of ``record`` (or of the baseline ``version``) on ``leap.models``."""
+    event = announcement(record, version)
+    producer = Producer(settings.confluent_config(**{"enable.idempotence": True}, **client_logging()))
     producer.produce(MODELS.name, key=CURRENT_MODEL_KEY, value=event.encode())
     if producer.flush(30):
         raise RuntimeError("the model announcement was not delivered within 30 s")
@@ -78,11 +93,13 @@ class ModelFollower:
         self.compiled_dir = settings.compiled_dir
         #: the thread compiling the last model's trees (None: nothing to compile yet)
         self.compiling: threading.Thread | None = None
+        #: bad announcements met since the last good one (only the first of a run is logged)
+        self.bad_seen = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.consumer = Consumer(settings.confluent_config(**{
             "group.id": "leap-model-follower-unused", "enable.auto.commit": False,
-        }))
+        }, **client_logging()))
         self.consumer.assign([TopicPartition(MODELS.name, p, OFFSET_BEGINNING)
                               for p in range(MODELS.partitions_in(settings))])
 
@@ -90,8 +107,12 @@ class ModelFollower:
         try:
             ann = ModelAnnouncement.decode(raw)
         except EventError as exc:
-            log.error("ignoring a bad model announcement: %s", exc)
+            # Said once, not once per bad record: the compacted topic may hold it for good.
+            if not self.bad_seen:
+                log.error("ignoring a bad model announcement (%s); still serving %s", exc, self.holder.active.version)
+            self.bad_seen += 1
             return
+        self.bad_seen = 0
         if ann.model_version == self.holder.active.version:
             return
         try:

@@ -44,7 +44,7 @@ TopicName = Enum("TopicName", {t.name: t.name for t in ALL_TOPICS}, type=str)  #
 _PREFIX_OK = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 
 FromOpt = Annotated[str | None, typer.Option(
-    "--from", help="Start (inclusive): ISO time, Unix seconds, 'now', relative (-2h, -30m, -1d) or offset:N. "
+    "--from", help="Start (inclusive): ISO time, Unix seconds, 'now', a look-back (-2h, -30m, -1d) or offset:N. "
     "Default: the log start.")]
 ToOpt = Annotated[str | None, typer.Option(
     "--to", help="End (exclusive), same forms as --from. Default: the end of each partition when the replay starts.")]

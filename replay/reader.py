@@ -21,6 +21,7 @@ from rich.text import Text
 
 from core.settings import Settings
 from replay.timespec import Bound
+from streams.topics import READ_COMMITTED
 
 #: Give up on a partition that yields nothing (no message, no end-of-partition) for this long.
 STALL_TIMEOUT_S = 30.0
@@ -34,6 +35,7 @@ _CONSUMER: dict[str, str | int | float | bool] = {
     # Report, rather than silently jump over, offsets deleted by retention while we read.
     "auto.offset.reset": "error",
     "fetch.wait.max.ms": 50,
+    **READ_COMMITTED,
 }
 
 

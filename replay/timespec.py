@@ -1,17 +1,13 @@
-"""Parsing ``--from`` / ``--to``: ISO times, Unix seconds, ``now``, ``-2h`` and ``offset:N``."""
+"""Parsing ``--from`` / ``--to`` of a replay: a time (:func:`core.timespec.parse_time`, the CLI's
+one syntax) or ``offset:N``."""
 
 from __future__ import annotations
 
-import re
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)\s*([smhdw])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-#: Unix seconds beyond this (year ~5138) are almost certainly milliseconds typed by mistake.
-_MAX_UNIX_S = 1e11
+from core.timespec import FORMS, parse_time
 
 
 @dataclass(frozen=True)
@@ -51,9 +47,8 @@ def parse_bound(text: str | None, now: float | None = None) -> Bound:
     Parameters
     ----------
     text
-        ``None``/empty (open), ``now``, ``-90m`` / ``-2h`` / ``-1d`` (relative to ``now``), Unix
-        seconds (``1764680000`` or with decimals), an ISO-8601 time (``2026-12-01T08:00``; UTC
-        when no zone is given) or ``offset:N``.
+        ``None``/empty (open), a time (:func:`core.timespec.parse_time`: ``now``, ``-90m``,
+        Unix seconds, ISO-8601) or ``offset:N``.
     now
         Current time in Unix seconds (defaults to the clock); fixed by tests.
 
@@ -69,39 +64,17 @@ def parse_bound(text: str | None, now: float | None = None) -> Bound:
     if text is None or not text.strip():
         return OPEN
     raw = text.strip()
-    now = time.time() if now is None else now
-    low = raw.lower()
-    if low == "now":
-        return Bound("time", int(now * 1000), raw)
-    if low.startswith("offset:"):
+    if raw.lower().startswith("offset:"):
         number = raw.split(":", 1)[1].strip()
         if not number.isdigit():
             raise ValueError(f"{raw!r}: offset:N needs a non-negative integer N")
         return Bound("offset", int(number), raw)
-    match = _RELATIVE.match(low)
-    if match:
-        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-        return Bound("time", int((now - seconds) * 1000), raw)
     try:
-        seconds = float(raw)
-    except ValueError:
-        pass
-    else:
-        if not seconds >= 0:
-            raise ValueError(f"{raw!r}: Unix seconds must be >= 0")
-        if seconds > _MAX_UNIX_S:
-            raise ValueError(f"{raw!r}: expected Unix seconds (this looks like milliseconds)")
-        return Bound("time", int(seconds * 1000), raw)
-    try:
-        stamp = datetime.fromisoformat(raw)
-    except ValueError:
-        raise ValueError(
-            f"{raw!r}: expected an ISO time (2026-12-01T08:00Z), Unix seconds, 'now', "
-            "a relative time like -2h / -30m / -1d, or offset:N"
-        ) from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return Bound("time", int(stamp.timestamp() * 1000), raw)
+        return Bound("time", int(parse_time(raw, now) * 1000), raw)
+    except ValueError as exc:
+        if FORMS in str(exc):
+            raise ValueError(f"{raw!r}: expected {FORMS}, or offset:N") from None
+        raise
 
 
 def check_order(start: Bound, end: Bound) -> None:

@@ -1,12 +1,14 @@
 """The figures of docs/faults.md, measured on a private broker and redis-server (never the shared ones).
 
-    .venv/bin/python scripts/fault_figures.py failover [--session-timeout 6]
+    .venv/bin/python scripts/fault_figures.py failover [--session-timeout 6] [--static] [--assignor A] [--rate R]
     .venv/bin/python scripts/fault_figures.py redis-outage [--seconds 60]
     .venv/bin/python scripts/fault_figures.py broker-outage [--seconds 60]
 
-failover: two predictors rank 30 submissions/s; one is killed (SIGKILL) 5 s in. Prints the
-longest wait of a submission published after the kill (``since_submit_ms`` of its first
-ranking: how long rankings stopped for the dead predictor's partitions) and the duplicates.
+failover: two predictors (transactional, as ``leap worker predictor`` runs them, with the group
+options given: static membership, a partition assignor, the session timeout) rank ``--rate``
+submissions/s; one is killed (SIGKILL) 5 s in. Prints the longest wait of a submission published
+after the kill (``since_submit_ms`` of its ranking, read committed: how long rankings stopped for
+the dead predictor's partitions, its open transaction included) and the duplicates.
 
 redis-outage / broker-outage: one ``leap worker all`` takes starts (at once), finishes (100/s) and submissions
 (10/s) for the outage plus 30 s; the dependency goes down 10 s in for ``--seconds``. Prints the
@@ -19,7 +21,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.settings import Settings
-from services.workers import WorkerProcess
+from services.workers import WorkerProcess, worker_env
 from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS
 from tests.faults_support import (
     PrivateRedis,
@@ -70,15 +74,20 @@ def rig(tmp: Path, prefix: str, **over: Any) -> Iterator[tuple[Settings, Private
         red.stop()
 
 
-def failover(tmp: Path, session_timeout: float) -> dict[str, object]:
+def failover(tmp: Path, session_timeout: float, static: bool, assignor: str | None, rate: float,
+             count: int) -> dict[str, object]:
     with rig(tmp, "fo", kafka_session_timeout=session_timeout) as (settings, _, _, workers):
-        workers += [WorkerProcess(settings, "predictor", tmp / f"p{i}.log") for i in range(2)]
+        for i in range(2):
+            overrides = {"group.instance.id": f"fo-member-{i}"} if static else {}
+            if assignor:
+                overrides["partition.assignment.strategy"] = assignor
+            workers.append(Member(settings, overrides, tmp / f"p{i}.log"))
         warm = workload("warm", 0, 60)
         publish(settings, SUBMISSIONS.name, warm.submissions)
         read_rankings(settings, {s["attempt_id"] for s in warm.submissions}, 120)
         time.sleep(3)  # both members hold partitions
-        work = workload("fo", 0, 600)
-        feed = threading.Thread(target=publish, args=(settings, SUBMISSIONS.name, work.submissions, 30.0))
+        work = workload("fo", 0, count)
+        feed = threading.Thread(target=publish, args=(settings, SUBMISSIONS.name, work.submissions, rate))
         feed.start()
         time.sleep(5)
         killed_at = time.time()
@@ -89,8 +98,36 @@ def failover(tmp: Path, session_timeout: float) -> dict[str, object]:
         duplicates = check_rankings(found, ids)
         firsts = [min(rs, key=lambda r: r.event_time) for rs in found.values()]
         after = [r.since_submit_ms or 0.0 for r in firsts if r.submission_time >= killed_at]
-    return {"fault": "predictor kill -9", "session_timeout_s": session_timeout, "submissions": len(ids),
-            "ranked": len(found), "duplicates": duplicates, "longest_wait_after_kill_s": round(max(after) / 1000, 2)}
+    return {"fault": "predictor kill -9", "session_timeout_s": session_timeout, "static_membership": static,
+            "assignor": assignor or "range,roundrobin (librdkafka's default)", "rate": rate,
+            "submissions": len(ids), "ranked": len(found), "duplicates": duplicates,
+            "longest_wait_after_kill_s": round(max(after) / 1000, 2)}
+
+
+class Member(WorkerProcess):
+    """``leap worker predictor``'s loop with extra consumer settings (the group options measured)."""
+
+    def __init__(self, settings: Settings, overrides: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen([sys.executable, __file__, "member", json.dumps(overrides)],
+                                     env=worker_env(settings), stdout=self._log, stderr=subprocess.STDOUT)
+
+
+def member(overrides: dict[str, str]) -> None:
+    """The body of a :class:`Member` process: a predictor until SIGTERM."""
+    from core.hardware import load_catalogue
+    from features.store import open_store
+    from leap.worker import predictor_service
+    from predictor.loop import ConfluentPredictor, run_or_exit
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] [%(levelname)s] %(message)s")
+    settings = Settings.from_env()
+    catalogue = load_catalogue()
+    service, _ = predictor_service(settings, open_store(settings, catalogue), catalogue)
+    loop = ConfluentPredictor(settings, service, consumer_overrides=overrides)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(loop, "stopping", True))
+    run_or_exit(loop)
 
 
 def outage(tmp: Path, what: str, seconds: float, settle: float) -> dict[str, object]:
@@ -135,14 +172,22 @@ def outage(tmp: Path, what: str, seconds: float, settle: float) -> dict[str, obj
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("failover", "redis-outage", "broker-outage"))
+    parser.add_argument("what", choices=("failover", "redis-outage", "broker-outage", "member"))
+    parser.add_argument("overrides", nargs="?", default="{}", help="member: consumer settings (JSON)")
     parser.add_argument("--session-timeout", type=float, default=6.0)
+    parser.add_argument("--static", action="store_true", help="failover: static membership (group.instance.id)")
+    parser.add_argument("--assignor", help="failover: partition.assignment.strategy, e.g. cooperative-sticky")
+    parser.add_argument("--rate", type=float, default=100.0, help="failover: submissions/s")
+    parser.add_argument("--count", type=int, default=1500, help="failover: submissions")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--settle", type=float, default=300.0, help="longest wait for the last events afterwards")
     args = parser.parse_args()
+    if args.what == "member":
+        member(json.loads(args.overrides))
+        return
     tmp = Path(tempfile.mkdtemp(prefix="leap-faults-"))
     if args.what == "failover":
-        result = failover(tmp, args.session_timeout)
+        result = failover(tmp, args.session_timeout, args.static, args.assignor, args.rate, args.count)
     else:
         result = outage(tmp, args.what.split("-")[0], args.seconds, args.settle)
     print(json.dumps(result))

@@ -35,6 +35,7 @@ from services.processes import (
     services_dir,
     spawn,
     stop_owned,
+    write_private,
 )
 
 #: The one place the Kafka version is pinned (local jars, release tarball and the compose image).
@@ -135,7 +136,11 @@ def kafka_version(settings: Settings) -> str:
     """The broker's release version as far as we know it."""
     # The Kafka protocol does not carry the broker's release version (ApiVersions only lists API
     # ranges), so only a broker we started or pinned ourselves has a known version.
-    return "unknown" if settings.kafka_from_env else KAFKA_VERSION
+    if not settings.kafka_from_env:
+        return KAFKA_VERSION
+    from services.kafka_version import local_broker_version
+
+    return local_broker_version(settings.kafka_bootstrap) or "unknown"
 
 
 def wait_for_kafka(settings: Settings, timeout: float, pid: int | None, kafka_dir: Path | None) -> None:
@@ -355,6 +360,11 @@ min.insync.replicas={min_isr}
 auto.create.topics.enable=false
 # no one else will join: do not hold the first rebalance of a group for 3 s
 group.initial.rebalance.delay.ms=0
+# a dead worker's partitions move on within seconds (LEAP_KAFKA_SESSION_TIMEOUT below the broker
+# default minimum of 6 s), and a dead worker's open transaction, which holds read_committed readers
+# of the partitions it wrote, is aborted within a second of its timeout (the default checks every 10 s)
+group.min.session.timeout.ms=1000
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 # two cores shared with the tests and workers
 num.network.threads=2
 num.io.threads=4
@@ -432,7 +442,8 @@ def start_local_kafka(settings: Settings, step: Step, node: KafkaNode = LOCAL_NO
     data = kafka_dir / "data"
     for folder in (config, logs, data):
         folder.mkdir(parents=True, exist_ok=True)
-    (config / "server.properties").write_text(_server_properties(kafka_dir, node))
+    # private: a secured node's holds the broker's SCRAM password
+    write_private(config / "server.properties", _server_properties(kafka_dir, node))
     (config / "log4j2.properties").write_text(_log4j2_properties())
     jvm = [
         java,

@@ -38,6 +38,15 @@ class ServiceError(RuntimeError):
     """A service could not be started, reached or stopped; the message says why."""
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable and writable by the owner only from its first byte
+    (created with mode 0600, not left to the umask; an existing file is made 0600 first)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as fh:
+        os.fchmod(fd, 0o600)
+        fh.write(text)
+
+
 def services_dir(settings: Settings) -> Path:
     """Folder holding every local service's files."""
     return settings.home / "services"
@@ -177,6 +186,29 @@ def stop_owned(pidfile: Path, root: Path) -> str:
     pid = owned_pid(pidfile, root)
     pidfile.unlink(missing_ok=True)
     return "not running" if pid is None else stop_process(pid)
+
+
+def listening_pid(port: int) -> int | None:
+    """The process listening on TCP ``port`` of this machine, if this user may see it."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
+                return int(fd_dir.parent.name)
+        except OSError:
+            continue
+    return None
 
 
 def spawn(cmd: list[str], cwd: Path, out: Path, env: dict[str, str] | None = None) -> int:

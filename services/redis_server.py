@@ -23,6 +23,7 @@ from services.processes import (
     services_dir,
     spawn,
     stop_owned,
+    write_private,
 )
 
 REDIS_START_TIMEOUT = 20.0
@@ -154,7 +155,7 @@ def spawn_redis(folder: Path, conf_text: str, pidfile: Path) -> int:
     for sub in ("data", "logs"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     conf = folder / "redis.conf"
-    conf.write_text(conf_text)
+    write_private(conf, conf_text)  # a secured server's holds its user's password digest
     pid = spawn([binary, str(conf)], cwd=folder / "data", out=folder / "logs" / "redis.out")
     pidfile.write_text(f"{pid}\n")
     return pid

@@ -20,7 +20,6 @@ client at the stack (``set -a; . secure.env``); nothing prints a secret.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 import shutil
 import subprocess
@@ -45,6 +44,7 @@ from services.processes import (
     refuse_taken_ports,
     services_dir,
     stop_owned,
+    write_private,
 )
 from services.redis_server import REDIS_START_TIMEOUT, spawn_redis, wait_for_redis
 
@@ -60,6 +60,8 @@ CERT_DAYS = 30
 KAFKA_ACLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("TOPIC", "leap.", ("DESCRIBE", "READ", "WRITE", "CREATE")),
     ("GROUP", "leap-", ("DESCRIBE", "READ")),
+    # the predictors' transactions (predictor/transactions.py: transactional ids leap-predictor-...)
+    ("TRANSACTIONAL_ID", "leap-", ("DESCRIBE", "WRITE")),
 )
 
 #: Commands the store's ACL user may run. Its clients send EVALSHA (every update, by SHA), SCRIPT
@@ -105,7 +107,7 @@ def make_certificates(folder: Path, days: int = CERT_DAYS) -> Certificates:
     PKCS#8, which Kafka's PEM keystore requires; the CA's key is deleted once it has signed.
     """
     certs = Certificates(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     ca_key, csr, ext = folder / "ca.key", folder / "server.csr", folder / "server.ext"
     ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
                    "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
@@ -116,7 +118,7 @@ def make_certificates(folder: Path, days: int = CERT_DAYS) -> Certificates:
     _openssl("req", "-new", *key, "-keyout", str(certs.key), "-out", str(csr), "-subj", "/CN=localhost")
     _openssl("x509", "-req", "-in", str(csr), "-CA", str(certs.ca), "-CAkey", str(ca_key), "-CAcreateserial",
              "-out", str(certs.cert), "-days", str(days), "-extfile", str(ext))
-    certs.keystore.write_text(certs.key.read_text() + certs.cert.read_text())
+    write_private(certs.keystore, certs.key.read_text() + certs.cert.read_text())  # it holds the key
     for temporary in (ca_key, csr, ext, folder / "ca.srl"):
         temporary.unlink(missing_ok=True)
     return certs
@@ -127,7 +129,8 @@ def _openssl(*args: str) -> None:
     if binary is None:
         raise ServiceError("openssl is not installed (Debian: apt-get install -y openssl); the secured stack "
                            "generates its test certificates with it")
-    run = subprocess.run([binary, *args], capture_output=True, text=True, timeout=60, check=False)
+    # umask 077: the keys it writes are the owner's alone from the start, whatever the caller's umask
+    run = subprocess.run([binary, *args], capture_output=True, text=True, timeout=60, check=False, umask=0o077)
     if run.returncode != 0:
         raise ServiceError(f"openssl {args[0]} failed:\n{run.stderr[-2000:]}")
 
@@ -305,10 +308,8 @@ def write_env_file(stack: SecureStack, settings: Settings) -> None:
              "LEAP_KAFKA_SASL_MECHANISM", "LEAP_KAFKA_SASL_USERNAME", "LEAP_KAFKA_SASL_PASSWORD",
              "LEAP_KAFKA_SSL_CAFILE")
     env = settings.to_env()
-    stack.env_file.unlink(missing_ok=True)
-    with open(os.open(stack.env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
-        fh.write("# LEAP_* settings of the secured local stack (leap services up --secure)\n")
-        fh.write("".join(f"{name}={env[name]}\n" for name in names))
+    write_private(stack.env_file, "# LEAP_* settings of the secured local stack (leap services up --secure)\n"
+                  + "".join(f"{name}={env[name]}\n" for name in names))
 
 
 def stop_secure_stack(base: Settings, folder: Path) -> str:

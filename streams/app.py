@@ -1,9 +1,11 @@
 """The Faust app of a worker role and the batch plumbing every agent shares.
 
-Each worker role is its own consumer group (``leap-features``, ``leap-predictor``, or
-``leap-all`` for both in one process): run either ``all`` or the separate roles, not both.
+The feature agents (role ``features``, or ``all`` beside the predictor) and the archiver run on
+Faust; each role is its own consumer group (``leap-features``, ``leap-all``, ``leap-archiver``):
+run either ``all`` or ``features``, not both. The predictor is a librdkafka loop
+(:mod:`predictor.loop`, group ``leap-predictor``) that shares the batch plumbing below.
 Agents take events in batches (``take_events``) so Redis sees one round trip per batch; the
-agents themselves live with what they serve (:mod:`features.agents`, :mod:`predictor.agent`).
+agents themselves live with what they serve (:mod:`features.agents`, :mod:`streams.archiver`).
 Their per-batch logic takes plain callables (:data:`Send`) and anything shaped like a Faust event
 (:class:`SourceEvent`), so it runs, and is tested, without a worker.
 """
@@ -26,7 +28,7 @@ from streams import metrics
 from streams.deadletter import dead_letter, fit_dead_letter
 from streams.events import DeadLetter, Event, EventError
 from streams.resilience import KAFKA, Abandoned, call_until_up, stop_waiting_when
-from streams.topics import ALL_TOPICS, DEAD_LETTER, consumer_group
+from streams.topics import ALL_TOPICS, DEAD_LETTER, READ_COMMITTED, consumer_group, session_timeout
 
 log = logging.getLogger("leap.streams")
 
@@ -105,8 +107,32 @@ def _credentials(settings: Settings) -> Any:
     return faust.SSLCredentials(context)
 
 
+def _read_committed() -> None:
+    """Make the Faust workers' consumers read only committed data (:data:`streams.topics.READ_COMMITTED`).
+
+    Faust asks aiokafka for ``read_committed`` only under its own ``exactly_once`` guarantee, which
+    would also make every agent's sends transactional; here only the reading changes (the archiver
+    must not archive the rankings of an aborted predictor transaction). aiokafka reads the level
+    when the consumer starts, so setting it on the consumer Faust just created is enough.
+    """
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    create = AIOKafkaConsumerThread._create_worker_consumer
+    if getattr(create, "reads_committed", False):
+        return
+
+    def create_reading_committed(self: Any, transport: Any) -> Any:
+        consumer = create(self, transport)
+        consumer._isolation_level = READ_COMMITTED["isolation.level"]
+        return consumer
+
+    create_reading_committed.reads_committed = True  # type: ignore[attr-defined]
+    AIOKafkaConsumerThread._create_worker_consumer = create_reading_committed  # type: ignore[method-assign]
+
+
 def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust.TopicT]]:
     """A Faust app for one worker role, with a raw-bytes channel per LEAP topic."""
+    _read_committed()
     (settings.home / "faust").mkdir(parents=True, exist_ok=True)  # Faust makes only the last folder
     app = faust.App(
         consumer_group(role),
@@ -117,8 +143,8 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
         datadir=str(settings.home / "faust" / "{conf.id}-data"),  # Faust formats it with conf=
         # A killed worker's partitions move on after this long (Faust's default is 60 s, which
         # stopped rankings for a minute); heartbeats go five times per session timeout.
-        broker_session_timeout=settings.kafka_session_timeout,
-        broker_heartbeat_interval=settings.kafka_session_timeout / 5,
+        broker_session_timeout=session_timeout(settings),
+        broker_heartbeat_interval=session_timeout(settings) / 5,
         web_enabled=False,
         topic_disable_leader=True,
         topic_allow_declare=False,  # topics come from streams.topics, never auto-created

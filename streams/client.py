@@ -2,7 +2,10 @@
 
 Rankings are read without a consumer group: the client assigns every partition of
 ``leap.rankings`` at its current end *before* it publishes, so no ranking of its own can be
-missed and no group offsets of anyone else are touched.
+missed and no group offsets of anyone else are touched. They are read committed: each
+submission's ranking once, never one of a predictor transaction that was aborted.
+While the broker is away the client says so once (``kafka is unavailable``, then ``kafka is back
+after N s``) instead of librdkafka's line per reconnect attempt (:mod:`streams.kafkalog`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from core.settings import Settings
 from streams.events import EventError, JobFinish, JobStart, Ranking, Submission
-from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS, end_offsets
+from streams.kafkalog import client_logging
+from streams.resilience import KAFKA
+from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, READ_COMMITTED, SUBMISSIONS, end_offsets
 
 _PRODUCER: dict[str, str | int | float | bool] = {
     # Sent at once: every submission waited up to 2 ms here (bench e2e --private --engine confluent
@@ -29,6 +34,7 @@ _CONSUMER: dict[str, str | int | float | bool] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "fetch.wait.max.ms": 10,
+    **READ_COMMITTED,
 }
 
 
@@ -54,20 +60,18 @@ class SchedulerClient:
         self.settings = settings
         self._errors: list[str] = []
         self.bad_rankings = 0
-        self.producer = Producer(
-            settings.confluent_config(**_PRODUCER)
-        )
+        self.producer = Producer(settings.confluent_config(**_PRODUCER, **client_logging()))
         self.consumer: Consumer | None = None
         if follow_rankings:
-            self.consumer = Consumer(
-                settings.confluent_config(**_CONSUMER)
-            )
+            self.consumer = Consumer(settings.confluent_config(**_CONSUMER, **client_logging()))
             ends = end_offsets(self.consumer, (RANKINGS.name,))
             self.consumer.assign([TopicPartition(t, p, high) for (t, p), high in ends.items()])
 
     def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
             self._errors.append(str(err))
+        else:
+            KAFKA.mark_up()  # acknowledged: the broker is back, if it was away
 
     def _produce(self, topic: str, key: str, value: bytes) -> None:
         while True:

@@ -8,6 +8,10 @@ import time
 
 from streams.events import SCHEMA_VERSION, DeadLetter
 
+#: Dead-letter reason of a valid event that processing rejected: a Redis script (features) or the
+#: ranking code (a submission) raised for it alone.
+PROCESSING_ERROR = "processing_error"
+
 
 def dead_letter(
     topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None, reason: str, error: str

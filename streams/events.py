@@ -222,7 +222,8 @@ MODEL_FIELDS: tuple[Field, ...] = (
     Field("model_version", "str", "Version now current.", max_len=128),
     Field("kind", "str", "Model kind.", choices=("lightgbm", "lookup")),
     Field("artifact", "str", "Path or URI of the artifact folder.", nullable=True, required=False),
-    Field("metrics", "object", "Holdout metrics of the promoted model.", required=False),
+    Field("metrics", "object", "Holdout metrics of the promoted model; null or absent for a baseline.",
+          required=False, nullable=True),
 )
 
 

@@ -14,7 +14,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import redis
 
 from streams import metrics
 
@@ -137,3 +139,37 @@ def kafka_outage(exc: BaseException) -> bool:
 
 #: The broker, as seen by the agents' sends (rankings, dead letters).
 KAFKA = Dependency("kafka", kafka_outage)
+
+
+#: Error replies that say the server cannot serve anyone right now (not that the request is bad):
+#: loading its data, out of memory, failing to persist, a replica, a busy script, a cluster change.
+REDIS_UNAVAILABLE_REPLIES = ("LOADING", "OOM", "MISCONF", "READONLY", "BUSY", "MASTERDOWN", "NOREPLICAS",
+                             "CLUSTERDOWN", "TRYAGAIN")
+
+
+def redis_outage(exc: BaseException) -> bool:
+    """True for a Redis error that says the server is unreachable or unable to serve, not that
+    the command (an event) is bad."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return True
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(REDIS_UNAVAILABLE_REPLIES)
+
+
+#: The online store as seen by this process's agents and predictor (``leap_dependency_up{dependency="redis"}``).
+REDIS = Dependency("redis", redis_outage)
+
+
+async def with_redis_retry(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking Redis call in a thread, waiting out an outage for as long as it lasts.
+
+    Parameters
+    ----------
+    fn, args
+        A blocking call on Redis and its arguments.
+
+    Returns
+    -------
+    What ``fn`` returns. Only errors that say the request itself is bad (e.g. a script's
+    ``ResponseError``) are raised; cancellation is raised too (the batch then stays unacked).
+    """
+    return await call_until_up(REDIS, lambda: asyncio.to_thread(fn, *args))

@@ -48,6 +48,11 @@ MODELS = Topic(
 DEAD_LETTER = Topic("leap.dead-letter", 3, {"retention.ms": str(30 * DAY_MS)}, "anything rejected")
 
 ALL_TOPICS: tuple[Topic, ...] = (SUBMISSIONS, JOB_STARTS, JOB_FINISHES, RANKINGS, MODELS, DEAD_LETTER)
+#: How every LEAP consumer reads: only what committed transactions wrote. The predictors rank in
+#: transactions (:mod:`predictor.transactions`): a reader of uncommitted data would see the
+#: rankings of an aborted transaction beside their second, committed, copy. (librdkafka's default
+#: too, but aiokafka's is read_uncommitted: said here once, for every client.)
+READ_COMMITTED: dict[str, str] = {"isolation.level": "read_committed"}
 #: Key under which the current model is announced on the compacted models topic.
 CURRENT_MODEL_KEY = b"current"
 
@@ -55,6 +60,37 @@ CURRENT_MODEL_KEY = b"current"
 def consumer_group(role: str) -> str:
     """The consumer group of a worker role (each role is its own group)."""
     return f"leap-{role}"
+
+
+#: The broker's default ``group.min.session.timeout.ms``, seconds: assumed when it cannot be asked.
+BROKER_DEFAULT_MIN_SESSION_S = 6.0
+_session_floor: dict[str, float] = {}
+
+
+def session_timeout(settings: Settings) -> float:
+    """The group session timeout workers use: ``Settings.kafka_session_timeout``, raised to the
+    broker's ``group.min.session.timeout.ms`` (a shorter one is refused and the member never joins).
+
+    Asked once per process and bootstrap; a broker that does not say (an ACL, no answer) is taken
+    to have Kafka's default minimum, 6 s.
+    """
+    floor = _session_floor.get(settings.kafka_bootstrap)
+    if floor is None:
+        floor = _session_floor[settings.kafka_bootstrap] = _broker_min_session(settings)
+    return max(settings.kafka_session_timeout, floor)
+
+
+def _broker_min_session(settings: Settings, timeout: float = 10.0) -> float:
+    from confluent_kafka.admin import ConfigResource
+
+    admin = AdminClient(settings.confluent_config(log_level=4))  # no notice of the queue it drops on exit
+    try:
+        broker = next(iter(admin.list_topics(timeout=timeout).brokers))
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
+        configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+        return int(configs["group.min.session.timeout.ms"].value) / 1000
+    except (KafkaException, KeyError, StopIteration, ValueError, TypeError):
+        return BROKER_DEFAULT_MIN_SESSION_S
 
 
 def skip_to_end(settings: Settings, group: str, topics: tuple[str, ...], timeout: float = 10.0) -> int:

@@ -14,9 +14,10 @@ import pytest
 import redis
 
 from core.hardware import load_catalogue
-from features.agents import PROCESSING_ERROR, handle_feature_batch
+from features.agents import handle_feature_batch
 from features.keys import KeyLayout
 from features.store import FeatureStore
+from streams.deadletter import PROCESSING_ERROR
 from streams.events import DeadLetter, JobFinish, JobStart
 from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS
 from tests.factories import (

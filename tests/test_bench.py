@@ -75,12 +75,12 @@ def test_predict(rds: redis.Redis, tmp_path: Path) -> None:
 
 def test_e2e(topics: dict[str, str], rds: redis.Redis) -> None:
     out = run_json("e2e", "--rate", "50", "--duration", "1", "--drain", "5", "--warm", "100", "--repeat", "1",
-                   "--engine", "both", "--model", "lookup")
+                   "--delivery", "both", "--model", "lookup")
     med = out["median"]
-    for engine in ("faust", "confluent"):
-        assert med[f"{engine}_received"] == med[f"{engine}_published"] > 0, engine
-        assert out[f"{engine}_model_versions"] == {"lookup": med[f"{engine}_received"]}  # the pinned model
-    assert med["confluent_over_faust"] > 0
+    for mode in ("exactly_once", "at_least_once"):
+        assert med[f"{mode}_received"] == med[f"{mode}_published"] > 0, mode
+        assert out[f"{mode}_model_versions"] == {"lookup": med[f"{mode}_received"]}  # the pinned model
+    assert med["exactly_once_over_at_least_once"] > 0
     assert med["published"] > 0
     assert med["received"] == med["published"], "every submission gets a ranking"
     assert med["latency_p50_ms"] > 0 and med["latency_p99_ms"] >= med["latency_p50_ms"]

@@ -296,7 +296,7 @@ def _cli() -> typer.Typer:
 @pytest.mark.parametrize("args, message", [
     (["--port", "0"], "--port"),
     (["--port", "70000"], "--port"),
-    (["--from", "last tuesday"], "ISO-8601"),
+    (["--from", "last tuesday"], "ISO time"),
     (["--from", "2999-01-01T00:00"], "future"),
     (["--host", "no-such-host.invalid"], "cannot resolve"),
 ])

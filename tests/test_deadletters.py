@@ -15,12 +15,11 @@ import orjson
 import pytest
 import redis
 
-from features.agents import redis_outage
-from predictor.agent import handle_submissions
+from predictor.handler import handle_submissions
 from streams.app import DECODE_ERROR, decode_batch
 from streams.deadletter import dead_letter, fit_dead_letter
 from streams.events import DeadLetter, Ranking, Submission
-from streams.resilience import BACKOFF_CAP_S, backoff, kafka_outage
+from streams.resilience import BACKOFF_CAP_S, backoff, kafka_outage, redis_outage
 from streams.topics import SUBMISSIONS
 from tests.factories import Outbox, consumed, submission, submission_dict
 

@@ -1,4 +1,4 @@
-"""The confluent-kafka predictor engine (:mod:`predictor.loop`) on the real broker and redis-server.
+"""The predictor loop (:mod:`predictor.loop`) on the real broker and redis-server.
 
 Each test runs the loop in a thread on topics and a consumer group of its own (created here,
 deleted after), so nothing it publishes or ranks reaches anyone else's workers or clients.
@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,8 @@ from core.hardware import load_catalogue
 from core.settings import Settings
 from features.keys import KeyLayout
 from features.store import FeatureStore
-from leap.worker import check_engine
-from predictor.loop import Batch, Commits, ConfluentPredictor, Routes
+from predictor.commits import Batch, Commits
+from predictor.loop import ConfluentPredictor, Routes
 from predictor.models import LookupTable
 from predictor.service import ActiveModel, ModelHolder, RankingService
 from streams.events import DeadLetter, Ranking
@@ -56,17 +57,17 @@ def test_commits_follow_consumption_order_and_stop_at_a_failed_batch() -> None:
     assert list(commits.pending) == [third]  # never committed, nor anything after it
 
 
-def test_engine_setting() -> None:
-    assert Settings.from_env({}).predictor_engine == "confluent"
-    faust = Settings.from_env({"LEAP_PREDICTOR_ENGINE": "faust"})
-    assert faust.predictor_engine == "faust"
-    assert Settings.from_env(faust.to_env()).predictor_engine == "faust"  # reaches child workers
-    with pytest.raises(ValueError, match="LEAP_PREDICTOR_ENGINE"):
-        Settings.from_env({"LEAP_PREDICTOR_ENGINE": "kafka-python"})
-    check_engine("confluent", "predictor")
-    check_engine(None, "all")  # `all` runs Faust whatever the setting says
-    with pytest.raises(ValueError, match="predictor role only"):
-        check_engine("confluent", "all")  # one group cannot mix Faust's assignor with librdkafka's
+def test_transaction_settings() -> None:
+    default = Settings.from_env({})
+    assert default.exactly_once and default.transaction_interval >= 0 and default.worker_id is None
+    custom = Settings.from_env({"LEAP_EXACTLY_ONCE": "0", "LEAP_TRANSACTION_INTERVAL": "0.2", "LEAP_WORKER_ID": "w7"})
+    assert (custom.exactly_once, custom.transaction_interval, custom.worker_id) == (False, 0.2, "w7")
+    child = Settings.from_env(custom.to_env())  # what a child worker sees
+    assert (child.exactly_once, child.transaction_interval, child.worker_id) == (False, 0.2, "w7")
+    with pytest.raises(ValueError, match="LEAP_TRANSACTION_INTERVAL"):
+        Settings.from_env({"LEAP_TRANSACTION_INTERVAL": "-1"})
+    with pytest.raises(ValueError, match="LEAP_EXACTLY_ONCE"):
+        Settings.from_env({"LEAP_EXACTLY_ONCE": "maybe"})
 
 
 # ---------------------------------------------------------------------- on the broker
@@ -184,11 +185,13 @@ class Topics:
 
 
 @pytest_integration
+@pytest.mark.parametrize("exactly_once", [True, False], ids=["transactions", "at-least-once"])
 def test_ranks_every_valid_submission_dead_letters_the_rest_and_commits_them(
-        settings: Settings, routes: Routes, rds: redis.Redis, run_id: str) -> None:
+        settings: Settings, routes: Routes, rds: redis.Redis, run_id: str, exactly_once: bool, tmp_path: Path) -> None:
     store = FeatureStore(rds, KeyLayout(f"test-{run_id}"), canonicalize=CAT.canonical)
     io = Topics(settings, routes)
     subs = [submission(f"{run_id}-{i}", i) for i in range(30)]
+    settings = replace(settings, exactly_once=exactly_once, home=tmp_path)
     try:
         with running(settings, service_on(store), routes) as loop:
             io.wait_ready(loop)
@@ -221,6 +224,7 @@ def test_a_redis_outage_holds_the_batch_and_its_offsets_until_redis_is_back(
     subs = [submission(f"{run_id}-{i}", i) for i in range(12)]
     (tmp_path / "first").mkdir()
     (tmp_path / "second").mkdir()
+    settings = replace(settings, home=tmp_path)
     # The group evicts a member that does not poll for max.poll.interval.ms (7 s here, the least
     # above the 6 s session timeout); the outage below lasts longer.
     with late_redis_server(port, after_s=0.0, workdir=tmp_path / "first"), \
@@ -257,3 +261,49 @@ def wait_for_redis_down(store: FeatureStore) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+@pytest_integration
+def test_the_session_timeout_is_raised_to_the_brokers_minimum(settings: Settings) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    from streams.topics import session_timeout
+
+    admin = AdminClient(settings.confluent_config())
+    broker = ConfigResource(ConfigResource.Type.BROKER, str(next(iter(admin.list_topics(timeout=10).brokers))))
+    floor = int(admin.describe_configs([broker])[broker].result(10)["group.min.session.timeout.ms"].value) / 1000
+    assert session_timeout(replace(settings, kafka_session_timeout=0.1)) == floor  # below: the broker's minimum
+    assert session_timeout(replace(settings, kafka_session_timeout=floor + 5)) == floor + 5
+
+
+@pytest_integration
+def test_a_fenced_producer_is_replaced_and_its_batches_ranked_once(
+        settings: Settings, routes: Routes, rds: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    """What a transaction the broker timed out does (it fences the producer): here another
+    producer takes the loop's transactional id meanwhile; the loop starts a new one and goes on,
+    and a read_committed reader sees each submission ranked once."""
+    from predictor.transactions import ExactlyOnce
+
+    store = FeatureStore(rds, KeyLayout(f"test-{run_id}"), canonicalize=CAT.canonical)
+    io = Topics(settings, routes)
+    settings = replace(settings, home=tmp_path, worker_id=f"fence-{run_id}")
+    first, second = ([submission(f"{run_id}-{k}-{i}", i) for i in range(10)] for k in "ab")
+    try:
+        with running(settings, service_on(store), routes) as loop:
+            io.wait_ready(loop)
+            for sub in first:
+                io.publish(sub.job_key.encode(), sub.encode())
+            io.until({s.attempt_id for s in first})
+            assert isinstance(loop.output, ExactlyOnce)
+            usurper = Producer(settings.confluent_config(**{"transactional.id": loop.output.transactional_id}))
+            usurper.init_transactions(30)  # the loop's producer is fenced from now on
+            for sub in second:
+                io.publish(sub.job_key.encode(), sub.encode())
+            io.until({s.attempt_id for s in second})
+            io.read(2.0)
+            assert len(loop.output.restarts) >= 1
+        assert io.committed(settings) == io.ends()
+    finally:
+        store.delete_all()
+    ours = [r.attempt_id for r in io.rankings if r.attempt_id.startswith(run_id)]
+    assert sorted(ours) == sorted(s.attempt_id for s in first + second)  # each once

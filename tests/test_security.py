@@ -31,6 +31,7 @@ from confluent_kafka.admin import AdminClient
 from core.settings import Settings
 from features.store import _lua as store_lua
 from features.store import open_store, redis_client
+from services.kafka import KAFKA_VERSION
 from services.processes import ROOT
 from services.secure import (
     KAFKA_ACLS,
@@ -263,6 +264,7 @@ def test_worker_and_scheduler_client_through_the_secured_stack(secured: Secured)
                             env=worker_env(settings), capture_output=True, text=True, timeout=120, check=False)
     assert status.returncode == 0, status.stdout + status.stderr
     assert json.loads(status.stdout)["redis"]["url"].startswith("rediss://leap:***@")
+    assert json.loads(status.stdout)["kafka"]["version"] == KAFKA_VERSION  # the secured broker's, not "unknown"
     _assert_no_secret(secured, status.stdout + status.stderr, "leap services status")
     for log in sorted(secured.stack.folder.glob("*/logs/*")):
         _assert_no_secret(secured, log.read_text(errors="replace"), str(log))
@@ -284,4 +286,6 @@ def test_the_secrets_live_only_in_files_of_the_owner(secured: Secured) -> None:
     # the broker's own SCRAM password in its configuration, the clients' in the env file; Redis keeps
     # a SHA-256 of its password, and the storage format's argument file is gone
     assert holders == ["kafka/config/server.properties", "secure.env"], holders
+    private = [*holders, "redis/redis.conf", "tls/server.key", "tls/server.pem"]
+    assert {name: (folder / name).stat().st_mode & 0o077 for name in private} == dict.fromkeys(private, 0)
     assert not Path(folder / "kafka" / "config" / "format.args").exists()

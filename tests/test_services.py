@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -113,12 +114,25 @@ def test_status_reports_ok(settings: Settings, running_services: dict[str, Any])
     result = stack.status(settings)
     assert result["kafka"] == {
         "ok": True,
-        "version": kafka.KAFKA_VERSION if not settings.kafka_from_env else "unknown",
+        "version": kafka.KAFKA_VERSION if not settings.kafka_from_env else kafka.kafka_version(settings),
         "bootstrap": settings.kafka_bootstrap,
     }
     assert result["redis"]["ok"] is True
     assert result["redis"]["version"].split(".")[0].isdigit()
     assert set(result["redis"]) == {"ok", "version", "url"}
+
+
+@integration
+def test_a_broker_named_by_the_environment_on_this_machine_has_its_version(settings: Settings,
+                                                                          running_services: dict[str, Any]) -> None:
+    """As the secured stack's is named (``secure.env``): its release is read from the jars it runs."""
+    if running_services["kafka"]["backend"] != "local":
+        pytest.skip("the broker is not a local process")
+    named = dataclasses.replace(settings, kafka_from_env=True)
+    assert stack.status(named)["kafka"]["version"] == kafka.KAFKA_VERSION
+    from services.kafka_version import local_broker_version
+
+    assert local_broker_version("127.0.0.1:1") is None  # nothing listens there
 
 
 @integration

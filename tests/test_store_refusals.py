@@ -17,11 +17,12 @@ import redis
 from prometheus_client import REGISTRY
 
 from core.hardware import load_catalogue
-from features.agents import PROCESSING_ERROR, apply_with_isolation
+from features.agents import apply_with_isolation
 from features.layout import REJECTED
 from features.store import UNREADABLE_JOB, FeatureStore
 from predictor.models import LookupTable
 from predictor.service import ActiveModel, ModelHolder, RankingService
+from streams.deadletter import PROCESSING_ERROR
 from streams.events import DeadLetter, JobFinish
 from tests.factories import T0, ConsumedMessage, finish, start, submission
 

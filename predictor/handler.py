@@ -1,6 +1,7 @@
-"""The predictor agent: submissions in, exactly one ranking per valid submission out.
+"""The predictor's batch handler: submissions in, exactly one ranking per valid submission out.
 
-The Faust agent only loops over batches; :func:`handle_submissions` does the work of one.
+:mod:`predictor.loop` consumes, produces and commits; :func:`handle_submissions` does the work of
+one batch, through plain callables, so it runs (and is tested) without a broker.
 """
 
 from __future__ import annotations
@@ -8,11 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
-import faust
-
-from features.agents import PROCESSING_ERROR, with_redis_retry
 from predictor.service import RankingService
 from streams import metrics
 from streams.app import (
@@ -21,17 +18,17 @@ from streams.app import (
     SourceMessage,
     decode_batch,
     letter_for,
-    run_batches,
     send_dead_letters,
-    topic_sender,
 )
+from streams.deadletter import PROCESSING_ERROR
 from streams.events import Ranking, Submission
-from streams.topics import DEAD_LETTER, RANKINGS, SUBMISSIONS
+from streams.resilience import with_redis_retry
+from streams.topics import RANKINGS, SUBMISSIONS
 
 log = logging.getLogger("leap.predictor")
 
-#: A short window: at low rates it bounds the added latency, at high rates batches fill first.
-PREDICT_BATCH = (500, 0.003)
+#: Most submissions ranked in one batch (one Redis read): what has arrived, up to this many.
+PREDICT_BATCH_MAX = 500
 
 
 async def handle_submissions(
@@ -42,7 +39,7 @@ async def handle_submissions(
     Parameters
     ----------
     batch
-        Consumed submission messages (Faust events).
+        Consumed submission messages.
     service
         Ranks the valid submissions, one Redis read for the batch.
     send_ranking
@@ -95,14 +92,3 @@ async def rank_with_isolation(service: RankingService, subs: Sequence[Submission
             letter = letter_for(msg, PROCESSING_ERROR, f"{type(exc).__name__}: {exc}")
             await send_dead_letters(send_dead_letter, [letter])
     return out
-
-
-def attach_predictor_agent(app: faust.App, topics: dict[str, faust.TopicT], service: RankingService) -> None:
-    """The agent that ranks every submission (:func:`handle_submissions` per batch)."""
-    send_ranking = topic_sender(topics[RANKINGS.name])
-    send_dead_letter = topic_sender(topics[DEAD_LETTER.name])
-
-    @app.agent(topics[SUBMISSIONS.name], name="leap.predictor")
-    async def predict(stream: Any) -> None:
-        await run_batches(stream, PREDICT_BATCH, lambda batch: handle_submissions(
-            batch, service, send_ranking, send_dead_letter), "predictor")

@@ -1,4 +1,4 @@
-"""The predictor agent's batch logic (:func:`predictor.agent.handle_submissions`), without a worker:
+"""The predictor's batch logic (:func:`predictor.handler.handle_submissions`), without a worker:
 consumed batches in, rankings and dead letters out, on the real redis-server."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import redis
 from core.hardware import load_catalogue
 from features.keys import KeyLayout
 from features.store import FeatureStore
-from predictor.agent import handle_submissions
+from predictor.handler import handle_submissions
 from predictor.models import LookupTable
 from predictor.ranking import COLD_START
 from predictor.service import ActiveModel, ModelHolder, RankingService
@@ -50,7 +50,7 @@ def service_on(store: FeatureStore) -> RankingService:
 
 
 def counters() -> dict[str, float]:
-    """The metrics the predictor agent moves."""
+    """The metrics the predictor moves."""
     return {
         "in": metric("leap_events_in_total", topic=SUBMISSIONS.name),
         "batches": metric("leap_batch_size_count", topic=SUBMISSIONS.name),

@@ -1,0 +1,288 @@
+"""Exactly-once rankings: a batch's rankings, dead letters and consumed offsets in one transaction.
+
+A reader with ``isolation.level=read_committed`` (every LEAP reader of rankings) sees a transaction
+whole or not at all. A predictor that dies mid-transaction leaves neither its rankings nor its
+offsets behind: whoever takes its partitions ranks those submissions again, once.
+
+- **one producer per worker**, ``transactional.id`` = the group and the worker's identity
+  (:func:`worker_identity`): a restarted worker takes its predecessor's id, and
+  ``init_transactions`` aborts whatever that one left open at once (instead of the broker
+  aborting it after ``transaction.timeout.ms``, during which ``read_committed`` readers of the
+  partitions it wrote wait). Offsets are sent with the consumer's group metadata (KIP-447): a
+  zombie whose partitions moved on is refused by the group coordinator.
+- **sends are buffered** for the length of a batch and produced once its handler returned: a
+  transaction never stays open while a batch waits out a Redis outage.
+- **commit**: when the loop finds nothing more to take, or once the open transaction is
+  ``Settings.transaction_interval`` old, also while the next batch is being ranked (in a thread:
+  the loop commits meanwhile). At low rates each batch is its own transaction; at high rates one
+  transaction carries the batches produced within the interval.
+- **errors** (librdkafka's classes): retriable ones are retried (the broker is away: said once,
+  ``kafka is unavailable`` / ``kafka is back``); one that requires an abort aborts and rewinds
+  the consumer to the transaction's first offsets, so the batches are ranked again. A fatal one
+  is a fenced producer: the broker aborted a transaction that outlived its timeout (a worker
+  starved of CPU, a broker restart) and bumped the producer's epoch, or a newer instance took
+  this id. The loop then starts a new producer under the same id (which fences any other holder
+  in turn) and rewinds the same way; more than :data:`MAX_RESTARTS` a minute (two live workers
+  sharing an id) stop the worker (exit 75), nothing committed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from core.settings import Settings
+from predictor.commits import Offsets, produce, producer_config
+from streams.resilience import KAFKA
+
+log = logging.getLogger("leap.predictor")
+
+#: How long the broker lets a transaction stay open before aborting it itself (and the longest a
+#: ranking waits in the producer, ``message.timeout.ms`` following it). Only a dead worker's
+#: transaction (when no worker of its identity starts again) lasts that long, and it holds
+#: ``read_committed`` readers of the partitions it wrote until then: it bounds failover when a kill
+#: lands inside a transaction (docs/faults.md). Ours last a batch's produce and commit
+#: (milliseconds; never a Redis wait), but a broker starved of CPU answered produce requests after
+#: more than a second (load average 33 on 2 cores): at 2 s transactions of large batches kept timing
+#: out and were ranked again, and a closed loop ranked nothing. 10 s is Kafka Streams' choice too.
+TRANSACTION_TIMEOUT_S = 10.0
+#: Longest a transactional call (init, commit, abort) waits before it is retried (resumed).
+CALL_TIMEOUT_S = 10.0
+#: Fenced producers replaced within a minute before the worker gives up (see the module docstring).
+MAX_RESTARTS = 5
+
+T = TypeVar("T")
+
+_held_slots: list[int] = []  # lock files of worker identities this process holds (kept open for its life)
+
+
+def worker_identity(settings: Settings, group: str) -> str:
+    """This worker's identity within ``group``: ``Settings.worker_id``, or the host, its ``home``
+    and the home's lowest free slot.
+
+    A slot is an exclusive lock on a file under ``home/workers`` (released by the kernel when the
+    process dies, even by ``kill -9``): a worker restarted on the same host and home takes the slot
+    of the one it replaces, so its transactional id, and two live workers never share one (workers
+    of other homes on the host have ids of their own: the home is part of it).
+    """
+    if settings.worker_id:
+        return settings.worker_id
+    host = socket.gethostname()
+    folder = settings.home / "workers"
+    folder.mkdir(parents=True, exist_ok=True)
+    for slot in range(1024):
+        fd = os.open(folder / f"{group}.{host}.{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _held_slots.append(fd)
+        home = hashlib.sha256(str(settings.home.resolve()).encode()).hexdigest()[:8]
+        return f"{host}-{home}-{slot}"
+    raise RuntimeError(f"no free worker slot under {folder}")
+
+
+class ExactlyOnce:
+    """Transactional output of the predictor loop (:class:`predictor.commits.Output`).
+
+    Parameters
+    ----------
+    settings
+        Broker connection and ``transaction_interval``.
+    consumer
+        The loop's consumer (its group metadata goes with the offsets; a rewind seeks it).
+    assigned
+        The loop's set of assigned partitions (shared, kept current by the loop).
+    transactional_id
+        Unique per live worker, the same for its replacement.
+    """
+
+    def __init__(self, settings: Settings, consumer: Consumer, assigned: set[tuple[str, int]],
+                 transactional_id: str) -> None:
+        self.consumer = consumer
+        self.assigned = assigned
+        self.interval = settings.transaction_interval
+        self.transactional_id = transactional_id
+        self.config = producer_config(settings, **{
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
+        })
+        self.producer = Producer(self.config)
+        self.aborted = 0  # transactions aborted (and their batches rewound) so far
+        self.restarts: list[float] = []  # when a fenced producer was replaced
+        self.broken = False  # a transactional call failed for good: nothing more is tried, the worker exits
+        self._buffer: list[tuple[str, bytes, bytes]] = []
+        self._batch: tuple[Offsets, Offsets] | None = None
+        self._opened_at: float | None = None  # None: no transaction open
+        self._offsets: Offsets = {}  # next offsets to commit with the open transaction
+        self._first: Offsets = {}  # where a rewind of the open transaction seeks to
+        self._void = False  # the batch in flight was rewound with an aborted transaction: drop it
+        self._retry(self.producer.init_transactions, "starting transactions")
+
+    # ------------------------------------------------------------------ a batch
+
+    def begin_batch(self, offsets: Offsets, first: Offsets) -> None:
+        self._batch = (offsets, first)
+
+    def send(self, topic: str, key: bytes, value: bytes) -> None:
+        assert self._batch is not None, "a send outside a batch"
+        self._buffer.append((topic, key, value))
+
+    def end_batch(self, handled: bool) -> Offsets:
+        batch, self._batch = self._batch, None
+        buffered, self._buffer = self._buffer, []
+        void, self._void = self._void, False
+        if not handled or batch is None or void:
+            return {}  # not produced: the worker exits, or the abort already rewound past it
+        offsets, first = batch
+        if not offsets.keys() <= self.assigned:
+            # A rebalance took some of its partitions meanwhile: their new owner ranks those
+            # submissions, and the rest is read again here.
+            return {key: offset for key, offset in first.items() if key in self.assigned}
+        self._batch = batch  # in flight until produced: a failure below rewinds it with the rest
+        try:
+            if self._opened_at is None:
+                self.producer.begin_transaction()
+                self._opened_at = time.monotonic()
+            for topic, key, value in buffered:
+                produce(self.producer, topic, key, value)
+        except KafkaException as exc:
+            rewind = self._recover(exc)
+            self._batch, self._void = None, False
+            return rewind
+        self._batch = None
+        self._offsets.update(offsets)
+        for partition, offset in first.items():
+            self._first.setdefault(partition, offset)
+        self.producer.poll(0)
+        return {}
+
+    def due(self, idle: bool) -> bool:
+        return self._opened_at is not None and (idle or time.monotonic() - self._opened_at >= self.interval)
+
+    def until_due(self) -> float | None:
+        """Seconds until the open transaction is due even while submissions keep arriving (None: none open)."""
+        return None if self._opened_at is None else self._opened_at + self.interval - time.monotonic()
+
+    @property
+    def open(self) -> bool:
+        return self._opened_at is not None
+
+    # ------------------------------------------------------------------ commit, abort
+
+    def commit(self, asynchronous: bool = True) -> Offsets:
+        """Commit the open transaction with its offsets. Returns the offsets to rewind to when it
+        had to be aborted instead (empty when committed or when nothing was open)."""
+        if self._opened_at is None or self.broken:
+            return {}
+        offsets = [TopicPartition(t, p, o) for (t, p), o in self._offsets.items() if (t, p) in self.assigned]
+        try:
+            if offsets:
+                # No timeout: unlike init, commit and abort, a timed-out send_offsets cannot be
+                # resumed (called again, it is refused as a conflicting call in progress). During
+                # an outage it waits for the broker; the transaction is then aborted or committed.
+                self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata())
+                KAFKA.mark_up()
+            self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing")
+        except KafkaException as exc:
+            return self._recover(exc)
+        self._done()
+        return {}
+
+    def abort(self) -> Offsets:
+        """Abort the open transaction; the offsets to rewind the consumer to."""
+        rewind = self._rewind_offsets()
+        if self._opened_at is not None and not self.broken:
+            try:
+                self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting")
+            except KafkaException as exc:
+                if not exc.args[0].fatal():
+                    raise
+                return self._recover(exc)
+            self.aborted += 1
+        self._done()
+        return rewind
+
+    def _rewind_offsets(self) -> Offsets:
+        """Where the consumer reads again after the open transaction is given up: its first offsets,
+        and those of a batch in flight (which comes after it, and is dropped)."""
+        rewind = {key: offset for key, offset in self._first.items() if key in self.assigned}
+        if self._batch is not None:
+            self._void = True
+            for key, offset in self._batch[1].items():
+                if key in self.assigned:
+                    rewind[key] = min(rewind.get(key, offset), offset)
+        return rewind
+
+    def _recover(self, exc: KafkaException) -> Offsets:
+        """After a failed transactional call: abort, or replace a fenced producer; the offsets to
+        rewind to. Anything else leaves the output :attr:`broken` (the loop's way out must not call
+        the producer again: a call after a failed one can wait for it for ever) and is raised."""
+        err = exc.args[0]
+        if not err.fatal():
+            if not err.txn_requires_abort():
+                self.broken = True
+                raise exc
+            log.warning("transaction aborted (%s): its batches are read again", err.str())
+            return self.abort()
+        now = time.monotonic()
+        self.restarts = [t for t in self.restarts if now - t < 60.0] + [now]
+        if len(self.restarts) > MAX_RESTARTS:
+            self.broken = True
+            raise exc  # another live worker holds this id: fencing each other, neither gets anywhere
+        log.warning("transactional producer fenced (%s): a new one under %s; its batches are read again",
+                    err.str(), self.transactional_id)
+        rewind = self._rewind_offsets()
+        self.producer = Producer(self.config)
+        self._retry(self.producer.init_transactions, "starting transactions")
+        self._done()
+        return rewind
+
+    def _done(self) -> None:
+        self._opened_at = None
+        self._offsets = {}
+        self._first = {}
+
+    def _retry(self, call: Callable[[], T], what: str) -> T:
+        """``call()``, again while it fails with a retriable error (the broker is away), saying so once."""
+        while True:
+            try:
+                result = call()
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal() or not err.retriable():
+                    raise
+                KAFKA.mark_down(_Unavailable(f"{what}: {err.str()}"))
+                time.sleep(0.2)
+                continue
+            KAFKA.mark_up()
+            return result
+
+    # ------------------------------------------------------------------ the loop's events
+
+    def keepalive(self) -> None:
+        self.producer.poll(0)
+
+    def revoke(self, gone: set[tuple[str, int]]) -> Offsets:
+        return self.commit()  # before the partitions go: their new owner starts where this transaction ends
+
+    def lose(self, gone: set[tuple[str, int]]) -> None:
+        self.abort()  # the offsets' generation is gone: the coordinator would refuse them
+
+    def close(self) -> None:
+        self.commit()
+        if not self.broken:
+            self.producer.flush(CALL_TIMEOUT_S)
+
+
+class _Unavailable(Exception):
+    """What :class:`streams.resilience.Dependency` logs for a retriable transactional error."""
