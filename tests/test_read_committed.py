@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any, cast
 
 from core.settings import Settings
 from dashboard import follower
@@ -25,7 +26,7 @@ def test_the_faust_workers_consumers_read_committed(tmp_path: Path) -> None:
     uncommitted data unless told otherwise."""
     async def created_level() -> str:
         app, _ = build_app(Settings(home=tmp_path), "archiver")
-        consumer = app.consumer._thread._create_worker_consumer(app.consumer.transport)
+        consumer = cast(Any, app.consumer)._thread._create_worker_consumer(app.consumer.transport)
         try:
             return str(consumer._isolation_level)
         finally:

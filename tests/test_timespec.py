@@ -34,7 +34,7 @@ def test_every_command_reads_a_time_the_same_way(text: str, seconds: float) -> N
 def test_every_command_refuses_the_same_times(text: str, message: str) -> None:
     for parse in (parse_time, parse_since, parse_bound):
         with pytest.raises(ValueError, match=message):
-            parse(text, NOW)  # type: ignore[operator]
+            parse(text, NOW)
 
 
 def test_the_dashboard_refuses_a_start_in_the_future_and_replay_keeps_offsets() -> None:
