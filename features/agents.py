@@ -1,4 +1,5 @@
-"""The feature agents: job starts and finishes in, Redis features updated, bad events dead-lettered.
+"""The feature agents: job starts, finishes and submissions in, Redis features updated, bad events
+dead-lettered (submissions feed only the configuration aggregates; the predictor dead-letters them).
 
 Events arrive in batches (:func:`streams.app.take_batches`) so that each batch is one pipelined
 Redis round trip. A Redis outage is not a bad event: the batch waits, for as long as it lasts,
@@ -30,9 +31,9 @@ from streams.app import (
     topic_sender,
 )
 from streams.deadletter import PROCESSING_ERROR
-from streams.events import Event, JobFinish, JobStart
+from streams.events import Event, JobFinish, JobStart, Submission
 from streams.resilience import with_redis_retry
-from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS
+from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS, SUBMISSIONS
 
 log = logging.getLogger("leap.features")
 
@@ -121,6 +122,31 @@ async def handle_feature_batch(
     return applied
 
 
+async def handle_submission_batch(batch: Sequence[SourceEvent], store: FeatureStore) -> list[int]:
+    """Feed one batch of submissions to the configuration aggregates (:meth:`FeatureStore.apply_submissions`).
+
+    The predictor owns the submissions topic's dead letters (it reads every submission too), so an
+    invalid one is skipped here without a second letter; Redis refusing a batch is retried one
+    submission at a time and a refused one skipped (its ranking goes out all the same).
+    """
+    decoded = decode_batch(Submission, batch)
+    if not decoded.events:
+        return []
+    try:
+        return list(await with_redis_retry(store.apply_submissions, decoded.events))
+    except Exception:
+        log.warning("configuration aggregates refused a batch of %d submissions; one by one", len(decoded.events),
+                    exc_info=True)
+    entered: list[int] = []
+    for sub in decoded.events:
+        try:
+            entered.extend(await with_redis_retry(store.apply_submissions, [sub]))
+        except Exception:
+            log.warning("configuration aggregates refused submission %s", sub.event_id[:120], exc_info=True)
+            entered.append(0)
+    return entered
+
+
 def attach_feature_agents(app: faust.App, topics: dict[str, faust.TopicT], store: FeatureStore) -> None:
     """Agents that keep per-job and per-model-type features in Redis up to date."""
     send_dead_letter = topic_sender(topics[DEAD_LETTER.name])
@@ -136,3 +162,8 @@ def attach_feature_agents(app: faust.App, topics: dict[str, faust.TopicT], store
     @app.agent(topics[JOB_FINISHES.name], name="leap.features.job-finishes")
     async def job_finishes(stream: Any) -> None:
         await run(stream, JobFinish, store.apply_finishes, JOB_FINISHES.name)
+
+    @app.agent(topics[SUBMISSIONS.name], name="leap.features.submissions")
+    async def submissions(stream: Any) -> None:
+        await run_batches(stream, FEATURE_BATCH, lambda batch: handle_submission_batch(batch, store),
+                          f"features/{SUBMISSIONS.name}")

@@ -53,6 +53,16 @@ class KeyLayout:
         """Hash: field per hardware -> :data:`~features.layout.LOOKUP_FIELD` of a model family."""
         return f"{self.prefix}:lookup:{{f:{family}}}"
 
+    def config_model(self, model_type: str) -> str:
+        """Hash: configuration field -> :data:`~features.layout.LOOKUP_FIELD` of a model type's
+        submissions (their parameter count, model-parallel degrees, framework counts:
+        :mod:`features.completion`); its window and sorted-view hashes as a lookup's."""
+        return f"{self.prefix}:config:{{m:{model_type}}}"
+
+    def config_family(self, family: str) -> str:
+        """Hash: as :meth:`config_model`, of a model family's submissions."""
+        return f"{self.prefix}:config:{{f:{family}}}"
+
     def pairs(self, level: str, name: str | None) -> str:
         """Hash: hardware pair field -> packed window of paired-ratio observations at one level
         (``model``: of a model type, ``family``: of a family, ``all``: of every job; ``name`` names

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from features.completion import config_observations, partial
 from features.keys import JOB_WINDOW, LOOKUP_WINDOW, PAIR_WINDOW
 from features.layout import STARTS, packable_id
 from features.pairs import (
@@ -148,6 +149,11 @@ class OfflineFeatureState:
         self.models: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.families: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.pairs: dict[tuple[str, str | None], dict[str, _PairWindow]] = defaultdict(dict)
+        # configuration aggregates of model types and families (features.completion), as lookups
+        self.config_models: dict[str, dict[str, _Window]] = defaultdict(dict)
+        self.config_families: dict[str, dict[str, _Window]] = defaultdict(dict)
+        self._config_queue: dict[tuple[int, str], list[tuple[float, str, list[tuple[str, float]]]]] = \
+            defaultdict(list)
         # Snapshots are immutable, so a model type's lookup dict is shared until it changes; then
         # the next read copies it with only the changed hardware's entries made again (a model
         # type's finishes change one entry each, and rebuilding all of them was an eighth of the
@@ -190,6 +196,36 @@ class OfflineFeatureState:
             parsed = unpack_value(stored)
             for level in levels:
                 self.pairs[level].setdefault(pair, _PairWindow()).insert(ev.event_time, eid, parsed)
+
+    def apply_submission(self, sub: Submission) -> None:
+        """Feed the configuration aggregates as :meth:`features.store.FeatureStore.apply_submissions`
+        does (``lookup.lua``: a window per field, a duplicate found there or older than every kept
+        entry changes nothing).
+
+        Queued, and applied in arrival order when a partial submission's snapshot first reads the
+        aggregate (:meth:`_config`): the same inserts in the same order, only later, so a replay of
+        complete submissions (all of training) never pays for windows nothing reads.
+        """
+        observed = config_observations(sub)
+        if not observed:
+            return
+        entry = (sub.event_time, packable_id(sub.event_id), observed)
+        self._config_queue[(2, sub.model_type)].append(entry)
+        if sub.family is not None:
+            self._config_queue[(3, sub.family)].append(entry)
+
+    def _apply_config_queue(self, kind: int, table: dict[str, dict[str, _Window]], name: str) -> None:
+        queued = self._config_queue.pop((kind, name), None)
+        if not queued:
+            return
+        windows = table[name]
+        for time, eid, observed in queued:
+            for name_of_field, value in observed:
+                agg = windows.setdefault(name_of_field, _Window(LOOKUP_WINDOW))
+                inserted, kept = agg.insert((time, eid, value))
+                if inserted and kept:
+                    agg.n += 1
+                    self._lookup_stale.setdefault((kind, name), set()).add(name_of_field)
 
     def apply_start(self, ev: JobStart) -> bool:
         """Count a start as ``job_start.lua`` does; False for a duplicate."""
@@ -257,7 +293,19 @@ class OfflineFeatureState:
             self._lookups(1, self.families, sub.family) if sub.family is not None else {},
             job.counters if job is not None else {},
             summarise_pairs(want, windows, submission_coordinates(sub)),
+            self._config(sub),
         )
+
+    def _config(self, sub: Submission) -> tuple[dict[str, LookupStat], dict[str, LookupStat]]:
+        """The configuration aggregates the store reads for ``sub`` (only for a partial one)."""
+        if not partial(sub):
+            return {}, {}
+        self._apply_config_queue(2, self.config_models, sub.model_type)
+        if sub.family is None:
+            return self._lookups(2, self.config_models, sub.model_type), {}
+        self._apply_config_queue(3, self.config_families, sub.family)
+        return (self._lookups(2, self.config_models, sub.model_type),
+                self._lookups(3, self.config_families, sub.family))
 
 
 def _priors(job: _Job) -> dict[str, PriorStat]:

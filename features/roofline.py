@@ -90,6 +90,28 @@ def peak_at_precision(rows: Columns) -> np.ndarray:
     return np.asarray(np.where((bits == 8.0) & (rows["fp8"] == 1.0), 2.0 * peak, peak) * 1e12)
 
 
+#: Families whose FLOPs per sample are at least ``6 x params x seq``: every parameter works on every
+#: token (or input element) of a sample. Mixtures of experts use a fraction of their parameters per
+#: token, recommenders' are mostly embedding rows looked up, speech and ViT inputs are counted in
+#: units the formula does not see: for those, measured throughputs of the simulated fleet exceed the
+#: bound (up to 5x, 18x and 1.7x; recommenders by orders of magnitude), for these never.
+BOUNDED_FAMILIES: tuple[str, ...] = ("dense_lm", "vision_cnn", "diffusion", "gnn")
+
+
+def peak_bound_log(rows: Columns) -> np.ndarray:
+    """Log of the most samples/s one accelerator can physically deliver: its fastest math (the
+    quoted peak, twice that for fp8 jobs on parts with FP8 math) over the configuration's FLOPs
+    per sample. NaN where either is unknown: no parameter count or sequence length, a part without
+    specs, or a family whose FLOPs the parameter count does not bound (:data:`BOUNDED_FAMILIES`).
+    The quoted peak, not the one at the job's precision: an fp32 job may run on math faster than
+    the fp32 rate the catalogue lists (TF32, mixed precision), never faster than the part's fastest."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fp8 = (rows["precision_bits"] == 8.0) & (rows["fp8"] == 1.0)
+        peak = np.where(fp8, 2.0, 1.0) * rows["peak_tflops"] * 1e12
+        bound = np.log(peak) - rows["log_flops_per_sample"]
+    return np.asarray(np.where(np.isin(rows["family"], BOUNDED_FAMILIES), bound, np.nan))
+
+
 def roofline_columns(rows: Columns) -> dict[str, np.ndarray]:
     """The public-spec roofline of one step per accelerator as :data:`ROOFLINE_COLUMNS`.
 

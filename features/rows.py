@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from core.hardware import SPEC_FEATURES, Catalogue, HardwareType
+from features.completion import complete
 from features.pairs import LEVELS, carried, most_informative
 from features.roofline import ROOFLINE_COLUMNS, roofline_columns, roofline_log
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
@@ -242,7 +243,12 @@ def row_dicts(
 
 
 def _config_columns(sub: Submission, snap: FeatureSnapshot) -> dict[str, Any]:
-    """The columns every candidate of a submission shares: its configuration and attempt counts."""
+    """The columns every candidate of a submission shares: its configuration and attempt counts.
+
+    A field the submission leaves out is the stand-in :func:`features.completion.complete` derives
+    from the snapshot's configuration aggregates (the row of a complete submission is unchanged).
+    """
+    sub = complete(sub, snap.config_model, snap.config_family)[0]
     return {
         "log_params": _log(sub.params),
         "log_batch": math.log(sub.global_batch_size),

@@ -49,6 +49,10 @@ class FeatureSnapshot:
     lookup_family: dict[str, LookupStat] = field(default_factory=dict)
     #: level (``model``, ``family``, ``all``) -> candidate -> prior hardware -> paired ratio
     pairs: dict[str, dict[str, dict[str, PairStat]]] = field(default_factory=dict)
+    #: Configuration aggregates of the model type and family (:mod:`features.completion`), read
+    #: only for a submission that leaves out a field they stand in for (empty otherwise).
+    config_model: dict[str, LookupStat] = field(default_factory=dict)
+    config_family: dict[str, LookupStat] = field(default_factory=dict)
     starts: int = 0
     completed: int = 0
     failed: int = 0
@@ -65,6 +69,7 @@ class FeatureSnapshot:
         lookup_family: dict[str, LookupStat],
         counts: Mapping[str, int],
         pairs: dict[str, dict[str, dict[str, PairStat]]] | None = None,
+        config: tuple[dict[str, LookupStat], dict[str, LookupStat]] = ({}, {}),
     ) -> FeatureSnapshot:
         """A snapshot whose attempt counters come from ``counts`` (name -> count, absent = 0).
 
@@ -73,11 +78,11 @@ class FeatureSnapshot:
         """
         # counts holds ints for the int counters only (mypy cannot tell them from ``fallback``)
         return cls(prior=prior, lookup_model=lookup_model, lookup_family=lookup_family, pairs=pairs or {},
-                   **counts)  # type: ignore[arg-type]
+                   config_model=config[0], config_family=config[1], **counts)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, Any]:
-        """Compact form recorded in rankings (``features_used``)."""
-        return {
+        """Compact form recorded in rankings (``features_used``); ``config`` only when read."""
+        out: dict[str, Any] = {
             "prior": {h: [p.n, p.last_time, p.last, p.robust] for h, p in self.prior.items()},
             "lookup_model": {h: [s.n, s.median] for h, s in self.lookup_model.items()},
             "lookup_family": {h: [s.n, s.median] for h, s in self.lookup_family.items()},
@@ -86,11 +91,16 @@ class FeatureSnapshot:
                       for level, stats in self.pairs.items()},
             "attempts": [self.starts, self.completed, self.failed, self.preempted],
         }
+        if self.config_model or self.config_family:
+            out["config"] = {level: {f: [s.n, s.median] for f, s in table.items()}
+                             for level, table in (("model", self.config_model), ("family", self.config_family))}
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FeatureSnapshot:
         """Inverse of :meth:`to_json`; training joins recorded rankings to outcomes with it."""
         starts, completed, failed, preempted = data.get("attempts", [0, 0, 0, 0])
+        config = data.get("config", {})
         return cls(
             prior={h: PriorStat(int(v[0]), float(v[1]), float(v[2]), float(v[3]))
                    for h, v in data.get("prior", {}).items()},
@@ -99,6 +109,8 @@ class FeatureSnapshot:
             pairs={level: {h: {p: PairStat(int(v[0]), float(v[1]), float(v[2])) for p, v in by_prior.items()}
                            for h, by_prior in stats.items()}
                    for level, stats in data.get("pairs", {}).items()},
+            config_model={f: LookupStat(int(v[0]), float(v[1])) for f, v in config.get("model", {}).items()},
+            config_family={f: LookupStat(int(v[0]), float(v[1])) for f, v in config.get("family", {}).items()},
             starts=int(starts),
             completed=int(completed),
             failed=int(failed),

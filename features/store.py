@@ -33,6 +33,7 @@ from redis.cluster import RedisCluster
 
 from core.hardware import Catalogue, load_catalogue
 from core.settings import Settings
+from features.config_keys import Config, config_items, config_of, keys_to_read
 from features.keys import JOB_WINDOW, LOOKUP_WINDOW, PAIR_WINDOW, SEEN_TTL_S, KeyLayout
 from features.layout import (
     COUNTER_FIELDS,
@@ -197,6 +198,21 @@ class FeatureStore:
         per_event = batch.scripts(self._start, (counter_field(STARTS), SEEN_TTL_S), items, 1)
         return [int(flag) for flag, in per_event(batch.execute())]
 
+    def apply_submissions(self, events: Sequence[Submission]) -> list[int]:
+        """Feed the configuration aggregates of each submission's model type and family with what it
+        says of the fields a submission may leave out (:func:`features.completion.config_observations`),
+        in one round trip; returns per submission how many aggregate fields it entered (0 for a
+        duplicate). Idempotent as the lookup aggregates are: the same script keeps them."""
+        batch = Batch(self.client)
+        items, owner = config_items(self.layout, events)
+        entered = [0] * len(events)
+        if not items:
+            return entered
+        per_item = batch.scripts(self._lookup, (LOOKUP_WINDOW,), items, 1)
+        for i, (flag,) in zip(owner, per_item(batch.execute()), strict=True):
+            entered[i] += int(flag)
+        return entered
+
     # ------------------------------------------------------------------ reads
 
     def read(self, submissions: Sequence[Submission]) -> list[FeatureSnapshot]:
@@ -221,13 +237,18 @@ class FeatureStore:
             batch.hgetall(self.layout.lookup_model(model))
         for family in families:
             batch.hgetall(self.layout.lookup_family(family))
+        config_keys = keys_to_read(self.layout, submissions)
+        for key in config_keys:
+            batch.hgetall(key)
         raw = batch.execute()
-        n, m = len(submissions), len(models)
+        n, m, k = len(submissions), len(models), len(models) + len(families)
         by_model = {name: _parse_lookup(raw[n + i], name) for i, name in enumerate(models)}
         by_family = {name: _parse_lookup(raw[n + m + i], name) for i, name in enumerate(families)}
+        configs = {key: _parse_lookup(raw[n + k + i], key) for i, key in enumerate(config_keys)}
         jobs = [_job_fields(raw[i], s.job_key) for i, s in enumerate(submissions)]
         pairs = self._pairs(submissions, [job[0] if job else {} for job in jobs])
-        return [_snapshot(job, by_model[s.model_type], by_family.get(s.family, {}) if s.family else {}, stats)
+        return [_snapshot(job, by_model[s.model_type], by_family.get(s.family, {}) if s.family else {}, stats,
+                          config_of(self.layout, s, configs))
                 for s, job, stats in zip(submissions, jobs, pairs, strict=True)]
 
     def _pairs(self, submissions: Sequence[Submission], priors: Sequence[dict[str, PriorStat]]
@@ -363,11 +384,13 @@ def _job_fields(job: Mapping[bytes, bytes], job_key: str) -> tuple[dict[str, Pri
 
 
 def _snapshot(job: tuple[dict[str, PriorStat], dict[str, int]] | None, model: dict[str, LookupStat],
-              family: dict[str, LookupStat], pairs: dict[str, dict[str, dict[str, PairStat]]]) -> FeatureSnapshot:
+              family: dict[str, LookupStat], pairs: dict[str, dict[str, dict[str, PairStat]]],
+              config: Config) -> FeatureSnapshot:
     """A submission's snapshot; without the job's own features, and saying so, when its hash was unreadable."""
     if job is None:
-        return FeatureSnapshot(lookup_model=model, lookup_family=family, fallback=UNREADABLE_JOB)
-    return FeatureSnapshot.of(job[0], model, family, job[1], pairs)
+        return FeatureSnapshot(lookup_model=model, lookup_family=family, config_model=config[0],
+                               config_family=config[1], fallback=UNREADABLE_JOB)
+    return FeatureSnapshot.of(job[0], model, family, job[1], pairs, config)
 
 
 @lru_cache(maxsize=1 << 16)

@@ -4,17 +4,81 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from core.hardware import Catalogue
+from features.roofline import peak_bound_log
+from features.rows import Rows
+from predictor.models import ThroughputModel
 
 #: Candidate-level reasons, stable strings for dashboards and metrics.
 UNKNOWN_HARDWARE = "unknown_hardware"
 NO_PRICE = "no_price"
 NO_ESTIMATE = "no_estimate"
 COLD_START = "cold_start_roofline"
+#: Ranking-level reason: the submission left out fields that stand-ins filled (features.completion).
+PARTIAL_SUBMISSION = "partial_submission"
+#: Candidate-level reason: the prediction was above what the part can physically deliver, and was
+#: cut to that (:func:`bound_by_peak`).
+PEAK_BOUND = "peak_bound"
+
+
+def bound_by_peak(pred: np.ndarray, lower: np.ndarray, upper: np.ndarray, rows: Rows
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Predictions (and their bands) cut to what each part can physically deliver.
+
+    Parameters
+    ----------
+    pred, lower, upper
+        Per-accelerator predictions and band (NaN = no estimate).
+    rows
+        Their model rows: the bound is the part's peak FLOP/s at the job's precision over the
+        configuration's FLOPs per sample (:func:`features.roofline.peak_bound_log`); rows where
+        either is unknown are left as they are.
+
+    Returns
+    -------
+    The bounded ``pred``, ``lower``, ``upper`` (new arrays) and a mask of the predictions cut.
+    """
+    bound = np.exp(peak_bound_log(rows))
+    with np.errstate(invalid="ignore"):
+        cut = np.isfinite(bound) & (pred > bound)
+    if not cut.any():
+        return pred, lower, upper, cut
+    # fmin ignores a NaN bound: a band is cut only where the bound is known
+    return np.where(cut, bound, pred), np.fmin(lower, bound), np.fmin(upper, bound), cut
+
+
+class PeakBounded(ThroughputModel):
+    """A model's predictions as the ranking service serves them: cut by :func:`bound_by_peak`.
+
+    Parameters
+    ----------
+    model
+        A fitted model; its band is kept, cut to the bound too.
+    """
+
+    kind: ClassVar[str] = "peak_bounded"
+
+    def __init__(self, model: ThroughputModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return np.asarray(np.log(self.predict(rows)))
+
+    def predict(self, rows: Rows) -> np.ndarray:
+        pred = self.model.predict(rows)
+        return bound_by_peak(pred, pred, pred, rows)[0]
+
+    def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
+        lower, upper = self.model.predict_band(pred, rows)
+        if rows is None:
+            return lower, upper
+        return bound_by_peak(pred, lower, upper, rows)[1:3]
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ import numpy as np
 
 from core.hardware import Catalogue
 from features.batch_rows import build_batch_rows
+from features.completion import complete
 from features.store import FeatureStore
 from predictor.models import LookupTable, ThroughputModel
-from predictor.ranking import COLD_START, rank_candidates
+from predictor.ranking import COLD_START, PARTIAL_SUBMISSION, PEAK_BOUND, bound_by_peak, rank_candidates
 from streams.events import SCHEMA_VERSION, Ranking, Submission, ranking_id
 
 #: Band used around a cold-start roofline estimate: it may be off by about 2x either way.
@@ -88,6 +89,7 @@ class RankingService:
             pred[cold] = estimate
             lower[cold] = estimate * COLD_START_BAND[0]
             upper[cold] = estimate * COLD_START_BAND[1]
+        pred, lower, upper, cut = bound_by_peak(pred, lower, upper, rows)
 
         out: list[Ranking] = []
         offset = 0
@@ -95,12 +97,15 @@ class RankingService:
             n = len(sub.candidates)
             span = slice(offset, offset + n)
             offset += n
-            reasons: list[str | None] = [COLD_START if c else None for c in cold[span]]
+            reasons: list[str | None] = [COLD_START if c else PEAK_BOUND if b else None
+                                         for c, b in zip(cold[span], cut[span], strict=True)]
+            stand_ins = complete(sub, snap.config_model, snap.config_family)[1]  # field -> what stood in
             priced = rank_candidates(
                 sub.candidates, sub.num_accelerators, pred[span], lower[span], upper[span], reasons, self.catalogue
             )
             fallbacks = sorted({r for r in (c["reason"] for c in priced.candidates) if r}
-                               | ({snap.fallback} if snap.fallback else set()))
+                               | ({snap.fallback} if snap.fallback else set())
+                               | ({PARTIAL_SUBMISSION} if stand_ins else set()))
             if active.fallback:
                 fallbacks.insert(0, active.fallback)
             now = time.time()
@@ -116,7 +121,7 @@ class RankingService:
                     model_version=active.version,
                     candidates=tuple(priced.candidates),
                     best_hardware=priced.best,
-                    features_used=snap.to_json(),
+                    features_used={**snap.to_json(), "stand_ins": stand_ins} if stand_ins else snap.to_json(),
                     fallback=",".join(fallbacks) if fallbacks else None,
                     latency_ms=max(0.0, (now - arrived) * 1000.0),
                     since_submit_ms=max(0.0, (now - sub.event_time) * 1000.0),

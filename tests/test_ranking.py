@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from core.hardware import load_catalogue
 from predictor.ranking import COLD_START, NO_ESTIMATE, UNKNOWN_HARDWARE, price_candidate, rank_candidates
@@ -64,3 +65,24 @@ def test_price_candidate_says_whether_it_can_take_a_rank() -> None:
     assert not rankable and entry["reason"] == UNKNOWN_HARDWARE and entry["predicted_throughput"] == 40.0
     entry, rankable = price_candidate("H100-SXM", 8, 5.0, 4.0, 6.0, None, CAT)
     assert rankable and entry["rank"] is None  # ranks come from the ordering, not from pricing
+
+
+def test_predictions_above_the_parts_peak_are_cut_to_it() -> None:
+    """llama31-8b at 8192 tokens on a T4: ~0.17 samples/s per accelerator at its peak, whatever a model says."""
+    from features.rows import build_rows
+    from features.snapshot import FeatureSnapshot
+    from predictor.ranking import bound_by_peak
+    from tests.factories import submission
+
+    sub = submission("j", 1, model_type="llama31-8b", params=8e9, seq_len=8192, precision="fp16")
+    rows = build_rows(sub, FeatureSnapshot(), ["T4", "H100-SXM"], CAT)
+    t4 = CAT.resolve("T4")
+    assert t4 is not None
+    peak = t4.peak_tflops * 1e12 / (6 * 8e9 * 8192)
+    pred = np.array([1.0, 0.5])
+    cut_pred, lower, upper, cut = bound_by_peak(pred, pred * 0.5, pred * 2, rows)
+    assert cut.tolist() == [True, False]
+    assert cut_pred[0] == pytest.approx(peak, rel=1e-12) and upper[0] == cut_pred[0]
+    assert lower[0] == cut_pred[0] and cut_pred[1] == 0.5 and (lower[1], upper[1]) == (0.25, 1.0)
+    moe = build_rows(submission("j", 1, family="moe", params=8e9, seq_len=8192), FeatureSnapshot(), ["T4"], CAT)
+    assert not bound_by_peak(np.array([1.0]), np.array([1.0]), np.array([1.0]), moe)[3].any()  # FLOPs unknown

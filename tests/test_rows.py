@@ -142,15 +142,19 @@ def test_moving_rows_keeps_the_jobs_history() -> None:
     np.testing.assert_array_equal(moved["spec_ratio_peak"], rows["spec_ratio_peak"])
 
 
-def test_a_submission_that_leaves_out_its_configuration_gets_missing_values_not_guesses() -> None:
+def test_a_submission_that_leaves_out_its_configuration_gets_stand_ins_only_where_derivable() -> None:
+    """Without history: the layout from the accelerator count, the default framework; nothing
+    stands in for the parameter count, sequence length or precision (missing values, no guesses)."""
     unknown = ("family", "params", "seq_len", "precision", "data_parallel", "tensor_parallel",
                "pipeline_parallel", "framework")
     sub = submission("j", 1, **dict.fromkeys(unknown))
     rows = build_rows(sub, FeatureSnapshot(), ["H100-SXM", "A100-80GB"], CAT)
-    for col in ("log_params", "log_seq", "data_parallel", "tensor_parallel", "pipeline_parallel", "precision_bits",
-                "log_flops_per_sample", "log_roofline", "log_step_compute", "log_step_estimate"):
+    for col in ("log_params", "log_seq", "precision_bits", "log_flops_per_sample", "log_roofline",
+                "log_step_compute", "log_step_estimate"):
         assert np.isnan(rows[col]).all(), col
-    assert rows["family"].tolist() == ["unknown", "unknown"] and rows["framework"].tolist() == ["unknown", "unknown"]
+    assert rows["data_parallel"].tolist() == [8.0, 8.0] and rows["tensor_parallel"].tolist() == [1.0, 1.0]
+    assert rows["pipeline_parallel"].tolist() == [1.0, 1.0]
+    assert rows["family"].tolist() == ["unknown", "unknown"] and rows["framework"].tolist() == ["pytorch", "pytorch"]
     assert (rows["log_batch"] == math.log(512)).all() and (rows["peak_tflops"] > 0).all()
 
 

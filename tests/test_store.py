@@ -176,6 +176,42 @@ def test_scripts_agree_with_the_offline_replay(store: FeatureStore) -> None:
     assert sum(s.starts for s in snaps) == 200 and all(s.prior for s in snaps)
 
 
+def _random_submissions(rng: random.Random) -> list[Submission]:
+    """300 submissions of 4 model types that say their parameter count, layout and framework (some
+    leave one out), 40 duplicated, shuffled."""
+    subs = []
+    for i in range(300):
+        tp = rng.choice([1, 2, 8])
+        over: dict[str, Any] = {"model_type": f"m{i % 4}", "family": f"f{i % 2}",
+                                "event_time": T0 + rng.uniform(0, 1e5), "params": rng.choice([1e9, 7e9, 7.5e9]),
+                                "framework": rng.choice(["jax", "pytorch"]),
+                                "num_accelerators": 16 * tp, "data_parallel": 16, "tensor_parallel": tp}
+        if rng.random() < 0.2:
+            over[rng.choice(["params", "framework", "tensor_parallel"])] = None
+        subs.append(submission(f"s{i}", i, **over))
+    subs += rng.sample(subs, 40)
+    rng.shuffle(subs)
+    return subs
+
+
+def test_configuration_aggregates_agree_with_the_offline_replay(store: FeatureStore) -> None:
+    """What submissions say of their optional fields, duplicated and shuffled: a partial submission
+    reads the same configuration aggregates from Redis and from the offline twin."""
+    offline = OfflineFeatureState(load_catalogue().canonical)
+    subs = _random_submissions(random.Random(7))
+    for chunk in range(0, len(subs), 97):
+        store.apply_submissions(subs[chunk: chunk + 97])
+    assert store.apply_submissions(subs[:5]) == [0] * 5  # every one a duplicate now
+    for sub in subs:
+        offline.apply_submission(sub)
+    partial = [submission(f"new{k}", k, model_type=f"m{k % 4}", family=f"f{k % 2}", params=None,
+                          data_parallel=None) for k in range(8)]
+    snaps = store.read(partial)
+    assert snaps == [offline.snapshot(s) for s in partial]
+    assert all(s.config_model["params"].n > 20 and s.config_family for s in snaps)
+    assert not store.read([submission("whole", 1)])[0].config_model  # read only for a partial submission
+
+
 def test_reads_between_writes_find_the_new_pairs_as_the_offline_twin_does(store: FeatureStore) -> None:
     """The store asks the model-type and family levels only for the pair fields it has seen at
     the all level: a read after writes that created new pairs still reads what the twin does."""

@@ -22,6 +22,7 @@ from core.accuracy import summary
 from core.hardware import Catalogue, load_catalogue
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import BASELINES, ThroughputModel
+from predictor.ranking import PeakBounded
 from predictor.registry import ModelRecord, Registry
 from training.dataset import DAY, Examples, History, build_examples, read_history
 from training.days import day_text, parse_day, training_rows
@@ -52,6 +53,11 @@ def fit_model(train: Examples, params: dict[str, Any] | None = None) -> LightGBM
     return LightGBMThroughput(**(params or {})).fit(train.rows, train.y, train.job_key)
 
 
+def fit_served(train: Examples, params: dict[str, Any] | None = None) -> PeakBounded:
+    """:func:`fit_model`, predicting as the ranking service serves it: never above a part's peak."""
+    return PeakBounded(fit_model(train, params))
+
+
 def baseline_models() -> dict[str, ThroughputModel]:
     """One instance of each baseline of :data:`predictor.models.BASELINES`, by name.
 
@@ -65,8 +71,10 @@ def load_examples(history_dir: Path, catalogue: Catalogue, as_of: float | None, 
     history = read_history(history_dir, with_oracle=False)
     as_of = as_of if as_of is not None else history.last_day + DAY
     rows_from = as_of - (window_days + 1) * DAY
-    # Submissions before the window get no row and change no state: dropped before the replay,
-    # they no longer sit in memory beside the feature state (0.2 GB of 0.44 at 60 days x 20,000).
+    # Submissions before the window get no row and change no state but the configuration aggregates
+    # (which only a partial submission reads: one in the window reads the window's submissions only):
+    # dropped before the replay, they no longer sit in memory beside the feature state (0.2 GB of
+    # 0.44 at 60 days x 20,000).
     subs = history.submissions
     history = dataclasses.replace(history, submissions=subs.filter(pc.greater_equal(subs["event_time"], rows_from)))
     del subs
