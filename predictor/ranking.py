@@ -11,7 +11,7 @@ import numpy as np
 from core.hardware import Catalogue
 from features.roofline import peak_bound_log
 from features.rows import Rows
-from predictor.models import ThroughputModel
+from predictor.models import PairedTransfer, ThroughputModel
 
 #: Candidate-level reasons, stable strings for dashboards and metrics.
 UNKNOWN_HARDWARE = "unknown_hardware"
@@ -20,6 +20,9 @@ NO_ESTIMATE = "no_estimate"
 COLD_START = "cold_start_roofline"
 #: Ranking-level reason: the submission left out fields that stand-ins filled (features.completion).
 PARTIAL_SUBMISSION = "partial_submission"
+#: Candidate-level reason: no parameter count was given or could be derived, so the estimate is what
+#: history holds (:func:`history_where_params_unknown`), not the model's.
+HISTORY_FALLBACK = "params_unknown_history"
 #: Candidate-level reason: the prediction was above what the part can physically deliver, and was
 #: cut to that (:func:`bound_by_peak`).
 PEAK_BOUND = "peak_bound"
@@ -51,16 +54,44 @@ def bound_by_peak(pred: np.ndarray, lower: np.ndarray, upper: np.ndarray, rows: 
     return np.where(cut, bound, pred), np.fmin(lower, bound), np.fmin(upper, bound), cut
 
 
-class PeakBounded(ThroughputModel):
-    """A model's predictions as the ranking service serves them: cut by :func:`bound_by_peak`.
+def history_where_params_unknown(pred: np.ndarray, lower: np.ndarray, upper: np.ndarray, rows: Rows
+                                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows without a parameter count (none given, none derivable) served from history instead.
+
+    The model was fitted on submissions that all said their size; without it, its prediction
+    carries little of the part's signal (it came out flat across parts). The paired transfer (the
+    job's prior moved by the ratio earlier jobs showed, else by the lookup ratio, else the model
+    type's or family's median on the part) is served where it has an estimate, with the model's
+    band around it in proportion.
+
+    Returns
+    -------
+    ``pred``, ``lower``, ``upper`` (new arrays where changed) and a mask of the rows served from history.
+    """
+    unknown = np.isnan(rows["log_params"])
+    if not unknown.any():
+        return pred, lower, upper, unknown
+    history = PairedTransfer().predict(rows)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        use = unknown & np.isfinite(history) & (history > 0)
+        scale = np.where(use, history / pred, 1.0)
+        # without a model estimate the band is the history's own
+        lower = np.where(use & ~np.isfinite(scale), history, lower * scale)
+        upper = np.where(use & ~np.isfinite(scale), history, upper * scale)
+    return np.where(use, history, pred), lower, upper, use
+
+
+class AsServed(ThroughputModel):
+    """A model's predictions as the ranking service serves them: history where the parameter count
+    is unknown (:func:`history_where_params_unknown`), never above a part's peak (:func:`bound_by_peak`).
 
     Parameters
     ----------
     model
-        A fitted model; its band is kept, cut to the bound too.
+        A fitted model; its band is kept, moved and cut with its predictions.
     """
 
-    kind: ClassVar[str] = "peak_bounded"
+    kind: ClassVar[str] = "as_served"
 
     def __init__(self, model: ThroughputModel) -> None:
         super().__init__()
@@ -70,15 +101,20 @@ class PeakBounded(ThroughputModel):
         with np.errstate(divide="ignore"):
             return np.asarray(np.log(self.predict(rows)))
 
-    def predict(self, rows: Rows) -> np.ndarray:
+    def _served(self, rows: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         pred = self.model.predict(rows)
-        return bound_by_peak(pred, pred, pred, rows)[0]
+        lower, upper = self.model.predict_band(pred, rows)
+        pred, lower, upper, _ = history_where_params_unknown(pred, lower, upper, rows)
+        return bound_by_peak(pred, lower, upper, rows)[:3]
+
+    def predict(self, rows: Rows) -> np.ndarray:
+        return self._served(rows)[0]
 
     def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
-        lower, upper = self.model.predict_band(pred, rows)
+        """The band served with :meth:`predict`'s predictions of ``rows`` (``pred`` must be those)."""
         if rows is None:
-            return lower, upper
-        return bound_by_peak(pred, lower, upper, rows)[1:3]
+            return self.model.predict_band(pred, rows)
+        return self._served(rows)[1:3]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,15 @@ from features.batch_rows import build_batch_rows
 from features.completion import complete
 from features.store import FeatureStore
 from predictor.models import LookupTable, ThroughputModel
-from predictor.ranking import COLD_START, PARTIAL_SUBMISSION, PEAK_BOUND, bound_by_peak, rank_candidates
+from predictor.ranking import (
+    COLD_START,
+    HISTORY_FALLBACK,
+    PARTIAL_SUBMISSION,
+    PEAK_BOUND,
+    bound_by_peak,
+    history_where_params_unknown,
+    rank_candidates,
+)
 from streams.events import SCHEMA_VERSION, Ranking, Submission, ranking_id
 
 #: Band used around a cold-start roofline estimate: it may be off by about 2x either way.
@@ -89,6 +97,7 @@ class RankingService:
             pred[cold] = estimate
             lower[cold] = estimate * COLD_START_BAND[0]
             upper[cold] = estimate * COLD_START_BAND[1]
+        pred, lower, upper, from_history = history_where_params_unknown(pred, lower, upper, rows)
         pred, lower, upper, cut = bound_by_peak(pred, lower, upper, rows)
 
         out: list[Ranking] = []
@@ -97,8 +106,8 @@ class RankingService:
             n = len(sub.candidates)
             span = slice(offset, offset + n)
             offset += n
-            reasons: list[str | None] = [COLD_START if c else PEAK_BOUND if b else None
-                                         for c, b in zip(cold[span], cut[span], strict=True)]
+            reasons: list[str | None] = [COLD_START if c else HISTORY_FALLBACK if h else PEAK_BOUND if b else None
+                                         for c, h, b in zip(cold[span], from_history[span], cut[span], strict=True)]
             stand_ins = complete(sub, snap.config_model, snap.config_family)[1]  # field -> what stood in
             priced = rank_candidates(
                 sub.candidates, sub.num_accelerators, pred[span], lower[span], upper[span], reasons, self.catalogue

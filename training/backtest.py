@@ -358,7 +358,7 @@ def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any
     test = submitted_on(ex, day)
     if len(train) == 0 or len(test) == 0:
         return None
-    served = fit_served(train, params)  # as served: never above a part's peak
+    served = fit_served(train, params)  # as served: history without a size, never above a part's peak
     models: dict[str, Picker] = {"lightgbm": served, **baseline_models()}
     row: dict[str, Any] = {"day": day_text(day), "train_rows": len(train), "test_rows": len(test)}
     preds: dict[str, np.ndarray] = {}

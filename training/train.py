@@ -22,7 +22,7 @@ from core.accuracy import summary
 from core.hardware import Catalogue, load_catalogue
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import BASELINES, ThroughputModel
-from predictor.ranking import PeakBounded
+from predictor.ranking import AsServed
 from predictor.registry import ModelRecord, Registry
 from training.dataset import DAY, Examples, History, build_examples, read_history
 from training.days import day_text, parse_day, training_rows
@@ -53,9 +53,9 @@ def fit_model(train: Examples, params: dict[str, Any] | None = None) -> LightGBM
     return LightGBMThroughput(**(params or {})).fit(train.rows, train.y, train.job_key)
 
 
-def fit_served(train: Examples, params: dict[str, Any] | None = None) -> PeakBounded:
-    """:func:`fit_model`, predicting as the ranking service serves it: never above a part's peak."""
-    return PeakBounded(fit_model(train, params))
+def fit_served(train: Examples, params: dict[str, Any] | None = None) -> AsServed:
+    """:func:`fit_model`, predicting as the ranking service serves it (:class:`predictor.ranking.AsServed`)."""
+    return AsServed(fit_model(train, params))
 
 
 def baseline_models() -> dict[str, ThroughputModel]:
