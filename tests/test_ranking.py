@@ -86,3 +86,22 @@ def test_predictions_above_the_parts_peak_are_cut_to_it() -> None:
     assert lower[0] == cut_pred[0] and cut_pred[1] == 0.5 and (lower[1], upper[1]) == (0.25, 1.0)
     moe = build_rows(submission("j", 1, family="moe", params=8e9, seq_len=8192), FeatureSnapshot(), ["T4"], CAT)
     assert not bound_by_peak(np.array([1.0]), np.array([1.0]), np.array([1.0]), moe)[3].any()  # FLOPs unknown
+
+
+def test_rows_without_a_parameter_count_are_served_what_history_holds() -> None:
+    """No size given or derivable: the model type's median on each part stands in for the model's flat guess."""
+    from features.rows import build_rows
+    from features.snapshot import FeatureSnapshot, LookupStat
+    from predictor.ranking import history_where_params_unknown
+    from tests.factories import submission
+
+    snap = FeatureSnapshot(lookup_model={"T4": LookupStat(5, 2.0), "H100-SXM": LookupStat(5, 20.0)})
+    sized = build_rows(submission("j", 1), snap, ["T4", "H100-SXM", "L4"], CAT)
+    unsized = build_rows(submission("j", 1, params=None), snap, ["T4", "H100-SXM", "L4"], CAT)
+    flat = np.array([10.0, 11.0, 10.5])
+    assert not history_where_params_unknown(flat, flat / 2, flat * 2, sized)[3].any()
+    pred, lower, upper, used = history_where_params_unknown(flat, flat / 2, flat * 2, unsized)
+    assert used.tolist() == [True, True, False]  # L4: no history, the model's estimate stays
+    np.testing.assert_allclose(pred, [2.0, 20.0, 10.5])
+    np.testing.assert_allclose(lower, [1.0, 10.0, 5.25])
+    np.testing.assert_allclose(upper, [4.0, 40.0, 21.0])
