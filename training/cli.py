@@ -172,26 +172,28 @@ def backtest_cmd(
     trees: TreesOpt = None,
     leaves: LeavesOpt = None,
     drop_field: Annotated[str | None, typer.Option(
-        "--drop-field", help="Leave this optional field out of every submission from the first test day on, "
-                             "as a scheduler that stops sending it would: params, framework or layout.")] = None,
+        "--drop-field", help="Leave this optional field out of every submission from the first test day on, as a "
+                             "scheduler that stops sending it would: params, framework or layout.")] = None,
     drop_everywhere: Annotated[bool, typer.Option(
-        "--drop-everywhere", help="With --drop-field: leave it out of the whole history, nothing to derive it from.")
-    ] = False,
+        help="With --drop-field: leave it out of the whole history (nothing to derive it from).")] = False,
 ) -> None:
     """Nightly retrains over the last DAYS days: train on everything before, score the day."""
-    from features.completion import OPTIONAL_FIELDS
+    from core.hardware import load_catalogue
     from training.backtest import backtest, plot_report
+    from training.partial import examples_without
 
     _check_history(history)
-    if drop_field is not None and drop_field not in OPTIONAL_FIELDS:
-        raise _fail(f"--drop-field {drop_field!r}: choose one of {', '.join(OPTIONAL_FIELDS)}")
     if drop_everywhere and drop_field is None:
         raise _fail("--drop-everywhere needs --drop-field")
     try:
+        examples = None if drop_field is None else examples_without(
+            history, days, drop_field, load_catalogue(), console, drop_everywhere)
         result = backtest(history, days=days, window_days=window_days, params=_size_params(trees, leaves),
-                          progress=console, drop_field=drop_field, drop_everywhere=drop_everywhere)
+                          progress=console, examples=examples)
     except ValueError as exc:
         raise _fail(str(exc)) from None
+    result["dropped_field"] = drop_field
+    result["dropped_everywhere"] = drop_everywhere
     _write_json(json_path, result)
     if report is not None:
         plot_report(result, report)
