@@ -81,7 +81,8 @@ def _serve_trained_model(settings: Settings, small_history: Path, tmp_path: Path
     ex = build_examples(read_history(small_history), load_catalogue())
     last = float(np.floor(ex.submit_time.max() / 86400) * 86400)
     # small and without the learned roofline: the test is about the stand-ins, not the model's stages
-    model = fit_model(split(ex, last + 86400, 30).train, {"n_estimators": 60, "num_leaves": 15, "learned_roofline": False})
+    model = fit_model(split(ex, last + 86400, 30).train,
+                      {"n_estimators": 60, "num_leaves": 15, "learned_roofline": False})
     record = Registry(tmp_path).save(model, {"metrics": {}}, version=f"lgbm-partial-{run}")
     announce(settings, record)
     deadline = time.monotonic() + 60
