@@ -26,8 +26,9 @@ from predictor.service import (
     RankingService,
     lookup_fallback,
 )
-from streams.events import Ranking
-from tests.factories import CANDIDATES, T0, finish, start, submission
+from streams.events import Ranking, Submission
+from tests.factories import CANDIDATES, T0, finish, start
+from tests.factories import submission as any_submission
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +42,12 @@ def store(rds: redis.Redis, run_id: str) -> Iterator[FeatureStore]:
     fs = FeatureStore(rds, KeyLayout(f"test-{run_id}"), canonicalize=CAT.canonical)
     yield fs
     fs.delete_all()
+
+
+def submission(job: str, i: int, **over: Any) -> Submission:
+    """A submission of short samples (16 tokens): the throughputs these tests make up stay under every
+    part's peak, which the service never predicts above (:func:`predictor.ranking.bound_by_peak`)."""
+    return any_submission(job, i, **{"seq_len": 16, **over})
 
 
 def serve(store: FeatureStore, model: ThroughputModel, version: str = "test-1") -> RankingService:
