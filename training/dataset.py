@@ -22,7 +22,6 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from core.hardware import Catalogue
-from features.completion import drop_field as drop_field_of
 from features.offline import OfflineFeatureState
 from features.rows import Rows, build_rows, row_dicts, to_columns
 from streams.archive import arrow_schema, drop_duplicate_events
@@ -194,8 +193,6 @@ def build_examples(
     seed: int = 0,
     rows_from: float | None = None,
     until: float | None = None,
-    drop_field: str | None = None,
-    drop_from: float | None = None,
 ) -> Examples:
     """Replay the history in event-time order and build point-in-time training examples.
 
@@ -216,12 +213,6 @@ def build_examples(
         Build rows only for submissions from this time on (earlier events still shape state).
     until
         Ignore every event at or after this time (what was not known yet).
-    drop_field
-        One of :data:`features.completion.OPTIONAL_FIELDS`: submissions from ``drop_from`` on (all,
-        if None) arrive without it, as a scheduler that leaves it out would send them; their rows
-        hold its stand-ins and they feed no configuration aggregate with it.
-    drop_from
-        First submission time ``drop_field`` is left out of.
 
     Returns
     -------
@@ -232,7 +223,6 @@ def build_examples(
     finish_of = measured_finish(history.finishes, subs.column("attempt_id"))
     outcomes = _Outcomes(history.finishes)
     sub_time = subs.column("event_time").to_numpy()
-    # Every submission feeds the configuration aggregates; only those that get a row are snapshot.
     keep = (finish_of >= 0) & (sub_time >= rows_from if rows_from is not None else True)
     sample = _CandidateSample(sub_time, _candidate_counts(subs), finish_of >= 0, full_from, full_per_day, seed)
     state = OfflineFeatureState(catalogue.canonical, unique_ids=ids_unique(history.starts, history.finishes))
@@ -244,10 +234,7 @@ def build_examples(
             state.apply_start(event)
         else:
             sub = event
-            if drop_field is not None and (drop_from is None or sub.event_time >= drop_from):
-                sub = drop_field_of(sub, drop_field)
-            # what it says is of fields it has, never of those stood in for: before or after its snapshot alike
-            state.apply_submission(sub)
+            state.apply_submission(sub)  # every one feeds the configuration aggregates; those kept get a row
             if not keep[row]:
                 continue
             done = outcomes[int(finish_of[row])]

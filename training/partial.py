@@ -11,11 +11,15 @@ With ``everywhere`` it is left out of the whole history, and only the fallbacks 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from core.hardware import Catalogue
-from features.completion import OPTIONAL_FIELDS
+from features.completion import LAYOUT_FIELDS, OPTIONAL_FIELDS
 from training.dataset import Examples, History, build_examples_with_progress, read_history
 from training.days import checked_first_test_day
 
@@ -48,6 +52,18 @@ def examples_without(history_dir: Path, days: int, field: str, catalogue: Catalo
         raise ValueError(f"cannot drop {field!r}: choose one of {', '.join(OPTIONAL_FIELDS)}")
     history = read_history(history_dir)
     first_test = checked_first_test_day(history, days)
-    ex = build_examples_with_progress(history, catalogue, progress, full_from=first_test, drop_field=field,
-                                      drop_from=None if everywhere else first_test)
-    return history, ex
+    sent = without_field(history, field, None if everywhere else first_test)
+    return history, build_examples_with_progress(sent, catalogue, progress, full_from=first_test)
+
+
+def without_field(history: History, field: str, since: float | None) -> History:
+    """``history`` with ``field`` (``layout``: its three degrees) null in the submissions from ``since``
+    on (all of them if None), as a scheduler that leaves it out sends them."""
+    subs = history.submissions
+    late = pc.greater_equal(subs["event_time"], since) if since is not None else None
+    for name in LAYOUT_FIELDS if field == "layout" else (field,):
+        column = subs[name]
+        empty = pa.nulls(len(subs), column.type)
+        subs = subs.set_column(subs.schema.get_field_index(name), name,
+                               empty if late is None else pc.if_else(late, empty, column))
+    return dataclasses.replace(history, submissions=subs)
