@@ -90,3 +90,20 @@ def test_observations_are_what_the_submission_says() -> None:
 def test_dropping_an_unknown_field_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot drop 'seq_len'"):
         drop_field(submission("j", 1), "seq_len")
+
+
+def test_a_backtest_history_loses_the_field_from_the_first_test_day_on() -> None:
+    """``leap backtest --drop-field layout``: the three degrees null from the given time on, the rest as sent."""
+    import pyarrow as pa
+
+    from training.dataset import History
+    from training.partial import without_field
+
+    subs = pa.table({"event_time": [1.0, 2.0, 3.0], "params": [7e9, 7e9, 7e9],
+                     **{f: pa.array([8, 8, 8], pa.int64()) for f in ("data_parallel", "tensor_parallel",
+                                                                     "pipeline_parallel")}})
+    history = History(subs, pa.table({}), pa.table({}), None, "d")
+    sent = without_field(history, "layout", 2.0).submissions
+    assert sent["tensor_parallel"].to_pylist() == [8, None, None] and sent["data_parallel"].null_count == 2
+    assert sent["params"].to_pylist() == [7e9] * 3
+    assert without_field(history, "params", None).submissions["params"].null_count == 3
