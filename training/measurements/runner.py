@@ -35,7 +35,7 @@ from predictor.models import ThroughputModel
 from training.dataset import Examples, build_cross_fitted_examples, build_held_out_examples, select_jobs
 from training.measurements.estimators import Estimator, ModelFactory
 from training.measurements.history import TableHistory
-from training.measurements.pairs import config_ids, folds
+from training.measurements.pairs import folds
 from training.measurements.table import Table
 
 #: The evidence level whose rows give the primary figures (the job ran elsewhere before).
@@ -137,7 +137,7 @@ def run_protocol(
     runs = {name: _ModelRun() for name in models}
     tests: list[Examples] = []
     t0 = time.perf_counter()
-    for test_rows in folds(t, config_ids(t), protocol, seed):
+    for test_rows in folds(t, protocol, seed):
         fold = make_fold(th, test_rows, catalogue)
         tests.append(fold.test)
         keys = sorted(fold.test.full)
