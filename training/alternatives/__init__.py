@@ -45,7 +45,7 @@ from training.alternatives.plain import PlainLightGBM
 from training.alternatives.sklearn_models import ForestThroughput, KNNThroughput, MLPThroughput, RidgeThroughput
 
 #: ``(seed) -> unfitted model``; the seed defaults to 0, so ``factory()`` works too.
-Factory = Callable[..., ThroughputModel]
+Factory = Callable[..., ThroughputModel | PairwiseLightGBM]
 
 
 class AlternativeUnavailable(RuntimeError):
