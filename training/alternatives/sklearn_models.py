@@ -18,7 +18,8 @@ The defaults were chosen on a tuning history, never on a reported run: ``leap fl
 by mean acc@10 (reports use other seeds); ``leap alternatives --tune`` searches them again
 (:mod:`training.alternatives.tuning`). Two choices hold for all four: the per-source **trust**
 (:meth:`SklearnThroughput._calibrate_trust`) lifted every learner (acc@10: MLP 0.515 -> 0.601,
-forest 0.589 -> 0.603, kNN 0.557 -> 0.571), and the **residual** target is what makes a linear model usable at all (see :class:`RidgeThroughput`).
+forest 0.589 -> 0.603, kNN 0.557 -> 0.571), and the **residual** target is what makes a linear
+model usable at all (see :class:`RidgeThroughput`).
 
 Every training row is used (``max_rows=None``, the forest's trees draw as many rows as there
 are): the fit times in the reports are what that costs.
