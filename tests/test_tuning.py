@@ -117,3 +117,27 @@ def test_a_bad_target_is_refused(examples: Examples) -> None:
         RidgeThroughput(target="raw").fit(examples.rows, examples.y, examples.job_key)
     with pytest.raises(ValueError, match="reference"):
         PairwiseLightGBM(reference="raw").fit(examples.rows, examples.y)
+
+
+def test_tune_on_history_chooses_each_familys_best_night_score(tmp_path: Path) -> None:
+    out = tmp_path / "h"
+    write_history(simulate(seed=31, days=3, attempts_per_day=300, start=parse_day("2025-03-01")), out)
+    choice = tuning.tune_on_history(out, ["ridge", "lightgbm_plain"], draws=3, days=1, pick_sample=20)
+    for family in ("ridge", "lightgbm_plain"):
+        scores = choice["acc10"][family]
+        chosen = choice["chosen"][family]
+        assert len(scores) == 3 and chosen["acc10"] == max(scores)
+        assert chosen["settings"] == tuning.settings_of(family, 3)[chosen["draw"]]
+        assert chosen["defaults_acc10"] == scores[0]
+    model = tuning.chosen_factories(choice)["ridge"](0)
+    assert isinstance(model, RidgeThroughput)
+
+
+def test_cli_tune_needs_two_tables(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from leap.cli import app
+
+    one = _slice(tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"})
+    res = CliRunner().invoke(app, ["alternatives", "--tables", str(one), "--tune", "2", "--models", "ridge"])
+    assert res.exit_code == 2 and "at least two tables" in " ".join(res.output.split())

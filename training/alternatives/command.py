@@ -83,6 +83,10 @@ def alternatives_cmd(
     tune: Annotated[int, typer.Option(
         min=0, help="Settings per model family on the tables, each table's chosen on the other tables "
                     "(0: every model at its defaults).")] = 0,
+    tune_history: Annotated[Path | None, typer.Option(
+        "--tune-history", help="Simulated history to choose the simulator's settings on (--tune settings per "
+                               "family; a seed used for nothing else).")] = None,
+    tune_days: Annotated[int, typer.Option(min=1, help="Nightly retrains of --tune-history to choose on.")] = 3,
     pick_sample: Annotated[int, typer.Option(
         min=1, help="Submissions a day ranked in full for top-1 and regret on the simulator.")] = 1500,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the full result as JSON here.")] = None,
@@ -106,20 +110,33 @@ def alternatives_cmd(
         raise _fail(f"--plot writes a PNG: give a path ending in .png, not {plot_path.name!r}")
     if tune and len(paths) < 2:
         raise _fail("--tune chooses a table's settings on the other tables: give at least two tables")
-    result = _run(history, names, paths, (days, window_days, pick_sample), seed, MeasurementError, tune)
+    if tune_history is not None and (not tune or history is None or not tune_history.is_dir()):
+        raise _fail("--tune-history needs --tune, --history and an existing folder")
+    choice = None
+    if tune_history is not None:
+        from training.alternatives.tuning import CLASSES, tune_on_history
+
+        choice = tune_on_history(tune_history, [n for n in names if n in CLASSES], tune, tune_days, window_days,
+                                 seed, console)
+    result = _run(history, names, paths, (days, window_days, pick_sample), seed, MeasurementError, tune, choice)
     _print(result)
     _write(result, json_path, markdown_path, plot_path)
 
 
 def _run(history: Path | None, names: list[str], paths: list[Path], nights: tuple[int, int, int], seed: int,
-         measurement_error: type[Exception], tune: int = 0) -> dict[str, Any]:
-    """The simulator backtest (``nights`` = days, window, pick sample), then the tables (tuned by
-    rotation with ``tune`` settings per family); a bad history or table ends the command."""
+         measurement_error: type[Exception], tune: int = 0, choice: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The simulator backtest (``nights`` = days, window, pick sample; the families of ``choice``
+    at its chosen settings), then the tables (tuned by rotation with ``tune`` settings per family);
+    a bad history or table ends the command."""
     days, window_days, pick_sample = nights
     from training.alternatives.simulated import backtest_alternatives
     from training.alternatives.tables import evaluate_tables
 
     factories = {n: ALTERNATIVES[n] for n in names}
+    if choice is not None:
+        from training.alternatives.tuning import chosen_factories
+
+        factories.update(chosen_factories(choice))
     try:
         simulator = None if history is None else backtest_alternatives(
             history, factories, days=days, window_days=window_days, seed=seed, progress=console,
@@ -134,6 +151,8 @@ def _run(history: Path | None, names: list[str], paths: list[Path], nights: tupl
     except (measurement_error, ValueError, AlternativeUnavailable) as exc:
         raise _fail(str(exc)) from None
     out = {"models": names, "seed": seed, "simulator": simulator, "tables": results}
+    if choice is not None:
+        tuning = {**(tuning or {}), "simulator": choice}
     return {**out, "tuning": tuning} if tuning is not None else out
 
 

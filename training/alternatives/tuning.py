@@ -274,3 +274,41 @@ def _chosen(result: dict[str, Any], chosen: dict[str, Any], names: Sequence[str]
         protocols[protocol] = {**block, "models": models}
     listed = [*names, SERVED_DEFAULTS] if "lightgbm" in chosen else list(names)
     return {**result, "models": listed, "protocols": protocols}
+
+
+def tune_on_history(history: Path, families: Sequence[str], draws: int = DRAWS, days: int = 3,
+                    window_days: int = 30, seed: int = 0, progress: Any = None,
+                    pick_sample: int = 200) -> dict[str, Any]:
+    """Every draw of every family on the last ``days`` nightly retrains of a tuning history (a
+    simulator seed used for nothing else), and each family's best draw by mean acc@10.
+
+    Returns
+    -------
+    dict
+        ``{"history", "days", "draws", "chosen": {family: {"draw", "settings", "acc10",
+        "defaults_acc10"}}, "acc10": {family: [mean acc@10 per draw]}}``.
+    """
+    from training.alternatives.simulated import backtest_alternatives
+
+    settings = {f: settings_of(f, draws, seed) for f in families}
+    factories = {draw_name(f, k): _seeded(f, s) for f in families for k, s in enumerate(settings[f])}
+    result = backtest_alternatives(history, factories, days=days, window_days=window_days, seed=seed,
+                                   progress=progress, pick_sample=pick_sample)
+    acc = {f: [float(result["mean"][draw_name(f, k)]["acc@10"]) for k in range(len(settings[f]))] for f in families}
+    chosen = {}
+    for f in families:
+        k = int(np.argmax(np.nan_to_num(acc[f], nan=0.0)))
+        chosen[f] = {"draw": k, "settings": _plain(settings[f][k]), "acc10": round(acc[f][k], 4),
+                     "defaults_acc10": round(acc[f][0], 4)}
+    return {"history": str(history), "days": result["days"], "draws": draws, "chosen": chosen,
+            "acc10": {f: [round(a, 4) for a in v] for f, v in acc.items()}}
+
+
+def chosen_factories(choice: dict[str, Any]) -> dict[str, Callable[..., Any]]:
+    """``family -> (seed) -> model`` at the settings :func:`tune_on_history` chose."""
+    return {f: _seeded(f, c["settings"]) for f, c in choice["chosen"].items()}
+
+
+def _seeded(family: str, setting: dict[str, Any]) -> Callable[..., Any]:
+    knobs = {k: tuple(v) if isinstance(v, list) else v for k, v in setting.items()}
+    return lambda seed=0: make(family, knobs, seed)
