@@ -16,6 +16,7 @@ from fleet.history import simulate, write_history
 from training.alternatives import tuning
 from training.alternatives.pairwise import PairwiseLightGBM
 from training.alternatives.plain import PlainLightGBM
+from training.alternatives.report import markdown
 from training.alternatives.sklearn_models import RidgeThroughput, held_out_jobs
 from training.dataset import Examples, build_examples, read_history
 from training.days import parse_day
@@ -78,6 +79,8 @@ def test_tuned_tables_report_each_family_at_its_chosen_draw(tmp_path: Path) -> N
                 k, p = ["a", "b"].index(stem), tun["protocols"].index(protocol)
                 assert block["models"][family]["acc@10"] == pytest.approx(tun["acc10"][family][chosen["draw"]][k][p],
                                                                           abs=1e-4, nan_ok=True)
+    text = markdown({"models": names, "seed": 0, "simulator": None, "tables": tables, "tuning": tun})
+    assert "## Settings chosen (tables)" in text and "| a | ridge |" in text
     with pytest.raises(ValueError, match="two tables"):
         tuning.tuned_tables(paths[:1], names, draws=2)
 
