@@ -140,15 +140,34 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
     unknown = [f for f in families if f not in CLASSES]
     if unknown:
         raise ValueError(f"no search space for {', '.join(unknown)}; families: {', '.join(CLASSES)}")
+    from training.measurements.table import load_table
+
     settings = {f: settings_of(f, draws, seed) for f in families}
-    factories = {draw_name(f, k): _factory(f, s, seed) for f in families for k, s in enumerate(settings[f])}
-    factories.update(fixed or {})
     results = {}
     for path in paths:
+        inert = _inert(families, len(load_table(path)))
+        factories = {draw_name(f, k): _factory(f, s, seed) for f in families for k, s in enumerate(settings[f])
+                     if f not in inert or k == 0}
+        factories.update(fixed or {})
         if progress is not None:
             progress.print(f"{path.name}: {len(factories)} settings under both protocols ...")
-        results[path.stem] = evaluate(path, seed=seed, factories=factories)
+        result = evaluate(path, seed=seed, factories=factories)
+        for block in result["protocols"].values():
+            for f in inert:  # the same model whatever the draw: its figures, said to be draw 0's
+                block["models"].update({draw_name(f, k): {**block["models"][draw_name(f, 0)], "same_as_draw": 0}
+                                        for k in range(1, len(settings[f]))})
+        results[path.stem] = {**result, "inert": inert}
     return {"draws": draws, "seed": seed, "settings": settings, "results": results}
+
+
+def _inert(families: Sequence[str], table_rows: int) -> list[str]:
+    """Families whose searched knobs a table this small cannot move, so that one fit stands for
+    every draw: the served model below :data:`predictor.boosting.SMALL_ROWS` training rows takes
+    its size from :data:`predictor.boosting.SMALL_SIZE`, which names every knob searched for it."""
+    from predictor.boosting import SMALL_ROWS, SMALL_SIZE
+
+    small = table_rows < SMALL_ROWS
+    return [f for f in families if f == "lightgbm" and small and set(space_of(f)) <= set(SMALL_SIZE)]
 
 
 def _factory(family: str, setting: dict[str, Any], seed: int) -> Callable[[], ThroughputModel]:
