@@ -85,6 +85,21 @@ def test_tuned_tables_report_each_family_at_its_chosen_draw(tmp_path: Path) -> N
         tuning.tuned_tables(paths[:1], names, draws=2)
 
 
+def test_the_served_models_draws_are_one_fit_where_a_table_is_too_small_to_move_its_knobs() -> None:
+    assert tuning._inert(["lightgbm", "ridge"], 500) == ["lightgbm"]
+    assert tuning._inert(["lightgbm", "ridge"], 5000) == []
+
+
+def test_searches_of_tables_run_apart_join() -> None:
+    a = {"draws": 2, "seed": 1, "settings": {"ridge": [{}]}, "results": {"a": {}}}
+    b = {**a, "results": {"b": {}}}
+    assert list(tuning.join_searches([a, b])["results"]) == ["a", "b"]
+    with pytest.raises(ValueError, match="more than one"):
+        tuning.join_searches([a, a])
+    with pytest.raises(ValueError, match="different"):
+        tuning.join_searches([a, {**b, "seed": 2}])
+
+
 def test_held_out_part_is_whole_jobs() -> None:
     groups = np.repeat(np.array([f"job{i}" for i in range(60)]), 5)
     held = held_out_jobs(len(groups), groups, seed=1)

@@ -266,7 +266,16 @@ def tuned_tables(paths: Sequence[Path], names: Sequence[str], draws: int = DRAWS
         raise ValueError("tuning by rotation needs at least two tables (choose on the others, report on each)")
     families = [n for n in names if n in CLASSES]
     fixed = table_factories([n for n in names if n not in CLASSES], seed)
-    search = search_tables(paths, families, draws, seed, progress, fixed)
+    return chosen_tables(search_tables(paths, families, draws, seed, progress, fixed), names)
+
+
+def chosen_tables(search: dict[str, Any], names: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`tuned_tables` from a finished search (e.g. tables searched apart, their
+    ``results`` joined: :func:`join_searches`)."""
+    if len(search["results"]) < 2:
+        raise ValueError("tuning by rotation needs at least two tables (choose on the others, report on each)")
+    families = [n for n in names if n in CLASSES]
+    draws, seed = search["draws"], search["seed"]
     rotation = rotation_report(search, families)
     tables = {stem: _chosen(result, rotation[stem], names) for stem, result in search["results"].items()}
     first = next(iter(search["results"].values()))
@@ -331,3 +340,23 @@ def chosen_factories(choice: dict[str, Any]) -> dict[str, Callable[..., Any]]:
 def _seeded(family: str, setting: dict[str, Any]) -> Callable[..., Any]:
     knobs = {k: tuple(v) if isinstance(v, list) else v for k, v in setting.items()}
     return lambda seed=0: make(family, knobs, seed)
+
+
+def join_searches(searches: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One search from searches of other tables with the same draws, seed and settings.
+
+    Raises
+    ------
+    ValueError
+        Searches of different draws, seeds or settings, or a table twice.
+    """
+    first = searches[0]
+    out = {"draws": first["draws"], "seed": first["seed"], "settings": first["settings"], "results": {}}
+    for search in searches:
+        if (search["draws"], search["seed"], search["settings"]) != (out["draws"], out["seed"], out["settings"]):
+            raise ValueError("searches of different draws, seeds or settings cannot be joined")
+        twice = set(search["results"]) & set(out["results"])
+        if twice:
+            raise ValueError(f"{', '.join(sorted(twice))} in more than one search")
+        out["results"].update(search["results"])
+    return out
