@@ -195,6 +195,17 @@ class _TextEmbeddings:
         return table[[self.index[t] for t in texts]]
 
 
+_PRETRAINED: list[_TextEmbeddings] = []
+
+
+def _pretrained_embeddings() -> _TextEmbeddings:
+    """One cache of pretrained embeddings for every frozen model of the process: the encoder never
+    changes, and the folds of a table score mostly the same texts."""
+    if not _PRETRAINED:
+        _PRETRAINED.append(_TextEmbeddings(_minilm().load_params()))
+    return _PRETRAINED[0]
+
+
 class _MiniLMRegressor(ThroughputModel):
     """What both language models share: the row sample, the numeric features, the heads per
     evidence level, the trust and band from held-out rows, and prediction."""
@@ -354,8 +365,8 @@ class FrozenMiniLM(_MiniLMRegressor):
                    val: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None) -> None:
         from training.alternatives.minilm_train import fit_heads
 
-        if self._embeddings is None:  # a refit keeps the cache: the pretrained encoder never changes
-            self._embeddings = _TextEmbeddings(_minilm().load_params())
+        if self._embeddings is None:
+            self._embeddings = _pretrained_embeddings()
         emb = self._embeddings(texts).astype(np.float64)
         self.alpha_ = self.alpha
         if val is not None and self.alphas:
