@@ -208,14 +208,42 @@ def _val_loss(params: Params, head: dict[str, Any], scale: float, val: tuple[np.
     return total / max(1, len(ids))
 
 
+def _start(params: Params, head: dict[str, np.ndarray], rate: float, emb_scale: float
+           ) -> tuple[Tree, Tree, jax.Array, Tree]:
+    """Trainable parameters (encoder less its word embeddings, and heads), Adam's zero state, the
+    frozen word embeddings and the learning rate of every trainable leaf."""
+    trainable, word = _split(jax.tree_util.tree_map(jnp.array, params))
+    start = {**head, "w_emb": np.asarray(head["w_emb"]) / emb_scale}
+    train = {"encoder": trainable, "head": {k: jnp.asarray(v, dtype=jnp.float32) for k, v in start.items()}}
+    lr = {"encoder": jax.tree_util.tree_map(lambda _: jnp.float32(rate), trainable),
+          "head": {k: jnp.float32(rate) for k in train["head"]}}
+    state = (jax.tree_util.tree_map(jnp.zeros_like, train), jax.tree_util.tree_map(jnp.zeros_like, train),
+             jnp.float32(0.0))
+    return train, state, word, lr
+
+
+def _epoch(model: tuple[Tree, Tree, jax.Array, Tree], arrays: tuple[jax.Array, ...], order: np.ndarray, size: int,
+           step: int, warmup: int, emb_scale: float) -> tuple[Tree, Tree, list[float]]:
+    """One pass of Adam steps over ``order`` in batches of ``size`` (one batch shape: the step
+    compiles once); returns the parameters, Adam's state and each step's batch loss."""
+    train, state, word, lr = model
+    losses: list[float] = []
+    for first in range(0, len(order), size):
+        rate = jnp.float32(min(1.0, (step + len(losses) + 1) / max(1, warmup)))
+        idx = jnp.asarray(order[first : first + size])
+        train, state, loss = _adam_step_jit(train, state, word, jnp.float32(emb_scale),
+                                            tuple(a[idx] for a in arrays), lr, rate)
+        losses.append(float(loss))
+    return train, state, losses
+
+
 def finetune_until_stale(params: Params, head: dict[str, np.ndarray], data: tuple[np.ndarray, ...],
                          val: tuple[np.ndarray, ...], settings: EarlyStopping, emb_scale: float = 1.0,
                          ) -> tuple[Params, dict[str, np.ndarray], Curve]:
     """Train encoder and heads end to end, epoch by epoch, keeping the epoch of least validation loss.
 
-    After each pass over the training rows the validation loss is measured; training stops
-    after ``patience`` epochs without a new best (or ``max_epochs``), and the best epoch's
-    parameters are returned (the starting ones if no epoch beat them).
+    After each pass the validation loss is measured; training stops after ``patience`` epochs
+    without a new best (or ``max_epochs``); the best epoch's parameters (or the start's) are kept.
 
     Parameters
     ----------
@@ -227,9 +255,8 @@ def finetune_until_stale(params: Params, head: dict[str, np.ndarray], data: tupl
     settings
         Batch, learning rate, epochs, patience, warm-up, seed.
     emb_scale
-        The head reads the embedding times this (e.g. 1 / its spread over the training texts),
-        so that a step on its weights moves predictions about as much for the embedding
-        (entries ~0.05, differences between texts far smaller) as for the features.
+        The head reads the embedding times this (1 / its spread over the training texts), so
+        that a step on its weights moves predictions as much for the embedding as the features.
 
     Returns
     -------
@@ -238,13 +265,7 @@ def finetune_until_stale(params: Params, head: dict[str, np.ndarray], data: tupl
     import time
 
     t0 = time.perf_counter()
-    trainable, word = _split(jax.tree_util.tree_map(jnp.array, params))
-    start = {**head, "w_emb": np.asarray(head["w_emb"]) / emb_scale}
-    train = {"encoder": trainable, "head": {k: jnp.asarray(v, dtype=jnp.float32) for k, v in start.items()}}
-    lr = {"encoder": jax.tree_util.tree_map(lambda _: jnp.float32(settings.lr), trainable),
-          "head": {k: jnp.float32(settings.lr) for k in train["head"]}}
-    state = (jax.tree_util.tree_map(jnp.zeros_like, train), jax.tree_util.tree_map(jnp.zeros_like, train),
-             jnp.float32(0.0))
+    train, state, word, lr = _start(params, head, settings.lr, emb_scale)
     arrays = (jnp.asarray(data[0]), jnp.asarray(data[1]), jnp.asarray(data[2], dtype=jnp.float32),
               jnp.asarray(data[3], dtype=jnp.int32), jnp.asarray(data[4], dtype=jnp.float32))
 
@@ -260,14 +281,9 @@ def finetune_until_stale(params: Params, head: dict[str, np.ndarray], data: tupl
     rng = np.random.default_rng(settings.seed)
     n, size = len(data[0]), min(settings.batch, len(data[0]))
     for epoch in range(1, settings.max_epochs + 1):
-        order, losses = rng.permutation(n), []
-        for first in range(0, n - size + 1, size):  # one batch shape: the step compiles once
-            rate = jnp.float32(min(1.0, (step + 1) / max(1, settings.warmup)))
-            idx = jnp.asarray(order[first : first + size])
-            train, state, loss = _adam_step_jit(train, state, word, jnp.float32(emb_scale),
-                                                tuple(a[idx] for a in arrays), lr, rate)
-            losses.append(float(loss))
-            step += 1
+        train, state, losses = _epoch((train, state, word, lr), arrays, rng.permutation(n)[: n - n % size], size,
+                                      step, settings.warmup, emb_scale)
+        step += len(losses)
         train_losses.append(float(np.mean(losses)))
         params_now, head_now = snapshot(train)
         val_losses.append(_val_loss(params_now, head_now, emb_scale, val))
