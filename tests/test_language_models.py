@@ -1,5 +1,5 @@
 """The language-model regressors: row text, the JAX MiniLM against sentence-transformers, and
-both models fitting and predicting on a tiny simulated history (the fine-tuned one for 3 steps)."""
+both models fitting and predicting on a tiny simulated history (the fine-tuned one for a few epochs)."""
 
 from __future__ import annotations
 
@@ -156,20 +156,44 @@ def test_frozen_fits_and_predicts(tiny: Examples) -> None:
     assert model.head_ is not None and model.head_["w_emb"].shape == (3, 384)  # one head per evidence level
 
 
-def test_finetuned_trains_the_encoder(tiny: Examples) -> None:
+def test_finetuned_chooses_its_learning_rate_and_keeps_its_best_epoch(tiny: Examples) -> None:
     minilm = _minilm()
-    model = FineTunedMiniLM(max_rows=64, steps=3, batch=8, seed=0).fit(tiny.rows, tiny.y)
-    assert len(model.losses_) == 3 and all(math.isfinite(x) for x in model.losses_)
-    assert model.encoder_ is not None
+    model = FineTunedMiniLM(max_rows=96, batch=8, learning_rates=(1e-4, 3e-4), max_epochs=3, patience=1, seed=0)
+    model.fit(tiny.rows, tiny.y, tiny.job_key)
+    report = model.fit_report_
+    assert [run["lr"] for run in report["runs"]] == [1e-4, 3e-4] and report["held_out_rows"] > 0
+    for run in report["runs"]:
+        # the loss before any step, then one per epoch; stopped at the cap or after `patience` stale epochs
+        assert 2 <= len(run["val_loss"]) <= 4 and run["steps"] > 0 and run["seconds"] > 0
+        assert all(math.isfinite(x) for x in run["val_loss"] + run["train_loss"])
+    best = min(report["runs"], key=lambda r: min(r["val_loss"]))
+    assert report["lr"] == best["lr"]
     pretrained = minilm.load_params()
-    for name in ("q_w", "up_w", "ln2_g"):
-        assert np.abs(np.asarray(model.encoder_["layers"][name]) - np.asarray(pretrained["layers"][name])).max() > 0
+    moved = np.abs(np.asarray(model.encoder_["layers"]["q_w"]) - np.asarray(pretrained["layers"]["q_w"])).max()
+    assert (moved > 0) == (best["best_epoch"] > 0)  # the kept encoder is the best epoch's
     # The word-embedding matrix stays frozen by design (minilm_train).
     assert np.array_equal(np.asarray(model.encoder_["emb"]["word"]), np.asarray(pretrained["emb"]["word"]))
     pred = model.predict({c: v[:40] for c, v in tiny.rows.items()})
     assert pred.shape == (40,) and np.all(np.isfinite(pred)) and np.all(pred > 0)
     # Offline and torch-free: nothing reached for the hub client or torch.
     assert "torch" not in sys.modules and "huggingface_hub" not in sys.modules
+
+
+def test_fine_tuning_stops_when_the_validation_loss_does_not_improve(tiny: Examples) -> None:
+    minilm = _minilm()
+    from training.alternatives.minilm_train import EarlyStopping, finetune_until_stale, fit_heads
+
+    texts = render({c: v[:48] for c, v in tiny.rows.items()})
+    emb = minilm.embed(texts).astype(np.float64)
+    feats, level, target = np.zeros((48, 1)), np.zeros(48, dtype=np.int64), np.log(tiny.y[:48])
+    head = fit_heads(emb, feats, target, level, alpha=10.0)
+    data = (*minilm.tokenize(texts[:32]), feats[:32], level[:32], target[:32])
+    val = (*minilm.tokenize(texts[32:]), feats[32:], level[32:], target[32:])
+    # A learning rate of 0 never improves on the start: stopped after `patience` epochs, start kept.
+    _, kept, curve = finetune_until_stale(minilm.load_params(), head, data, val,
+                                          EarlyStopping(8, 0.0, 50, 2, 1, 0))
+    assert len(curve.val_loss) == 3 and curve.best_epoch == 0 and curve.steps == 8
+    assert np.allclose(kept["w_emb"], head["w_emb"], atol=1e-6)
 
 
 def test_reports_missing_weights(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,7 +44,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_folds_partition_rows_and_never_split_a_configuration(small: Path, protocol: str) -> None:
     t = m.load_table(small)
     cfg = m.config_ids(t)
-    masks = list(m.folds(t, cfg, protocol, seed=0))
+    masks = list(m.folds(t, protocol, seed=0))
     assert np.array_equal(np.sum(masks, axis=0), np.ones(len(t)))  # every row tested exactly once
     for test in masks:
         assert not set(cfg[test].tolist()) & set(cfg[~test].tolist())
@@ -56,9 +56,25 @@ def test_folds_partition_rows_and_never_split_a_configuration(small: Path, proto
             assert len({t.workload[i] for i in np.flatnonzero(test).tolist()}) == 1
 
 
+def test_config_fold_holds_a_configuration_out_in_every_suite_at_once() -> None:
+    t = m.load_table(LAMBDA)
+    configuration = m.configuration_ids(t)
+    # the table measures some configurations in both suites: two jobs, one configuration
+    assert int(m.config_ids(t).max()) > int(configuration.max())
+    for test in m.folds(t, "config_fold", seed=1):
+        assert not set(configuration[test].tolist()) & set(configuration[~test].tolist())
+
+
+def test_leave_one_workload_out_folds_do_not_move_with_the_seed(small: Path) -> None:
+    t = m.load_table(small)
+    seed0 = list(m.folds(t, "leave_one_workload_out", seed=0))
+    seed1 = list(m.folds(t, "leave_one_workload_out", seed=1))
+    assert all(np.array_equal(a, b) for a, b in zip(seed0, seed1, strict=True))
+
+
 def test_a_fold_trains_on_other_jobs_and_tests_every_attempt_of_its_own(small: Path) -> None:
     t, th = m.load_history(small)
-    test_rows = next(iter(m.folds(t, m.config_ids(t), "config_fold", seed=0)))
+    test_rows = next(iter(m.folds(t, "config_fold", seed=0)))
     fold = m.make_fold(th, test_rows, load_catalogue())
     assert sorted(fold.test.attempt_id.tolist()) == sorted(th.attempt_id[test_rows].tolist())
     assert sorted(fold.train.attempt_id.tolist()) == sorted(th.attempt_id[~test_rows].tolist())
@@ -78,7 +94,7 @@ def test_the_served_model_is_what_is_scored(small: Path) -> None:
     t, th = m.load_history(small)
     cat = load_catalogue()
     preds, ys, levels = [], [], []
-    for test_rows in m.folds(t, m.config_ids(t), "config_fold", seed=0):
+    for test_rows in m.folds(t, "config_fold", seed=0):
         fold = m.make_fold(th, test_rows, cat)
         model = fit_model(fold.train, {"seed": 0})
         preds.append(model.predict(fold.test.rows))
@@ -115,7 +131,7 @@ def test_any_estimator_plugs_in_on_identical_rows(small: Path) -> None:
 
 def test_pairwise_model_needs_a_prior_elsewhere(small: Path) -> None:
     t, th = m.load_history(small)
-    fold = m.make_fold(th, next(iter(m.folds(t, m.config_ids(t), "config_fold", 0))), load_catalogue())
+    fold = m.make_fold(th, next(iter(m.folds(t, "config_fold", 0))), load_catalogue())
     pred = m.PairwiseLightGBM().fit(fold.train.rows, fold.train.y, fold.train.job_key).predict(fold.test.rows)
     cold = fold.test.rows["prior_other_n"] == 0
     assert np.isnan(pred[cold]).all() and np.isfinite(pred[~cold]).all()

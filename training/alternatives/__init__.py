@@ -20,6 +20,9 @@ splits: the simulator backtest and every public measurement table.
 ``lightgbm_plain``
     LightGBM on the log prior, both hardware identities, log batch and log accelerators only
     (:mod:`training.alternatives.plain`);
+``pairwise_lightgbm``
+    the pairwise LightGBM ``leap evaluate-measurements`` scored before the served model
+    (:mod:`training.alternatives.pairwise`; no estimate for a row without a prior elsewhere);
 ``lm_frozen``, ``lm_finetuned``
     MiniLM regressors on the configuration rendered as text
     (:mod:`training.alternatives.language`, imported only when one is made).
@@ -37,11 +40,12 @@ import numpy as np
 from features.rows import Rows
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import BASELINES, ThroughputModel
+from training.alternatives.pairwise import PairwiseLightGBM
 from training.alternatives.plain import PlainLightGBM
 from training.alternatives.sklearn_models import ForestThroughput, KNNThroughput, MLPThroughput, RidgeThroughput
 
 #: ``(seed) -> unfitted model``; the seed defaults to 0, so ``factory()`` works too.
-Factory = Callable[..., ThroughputModel]
+Factory = Callable[..., ThroughputModel | PairwiseLightGBM]
 
 
 class AlternativeUnavailable(RuntimeError):
@@ -88,6 +92,7 @@ ALTERNATIVES: dict[str, Factory] = {
     "random_forest": lambda seed=0: ForestThroughput(seed=seed),
     "mlp": lambda seed=0: MLPThroughput(seed=seed),
     "lightgbm_plain": lambda seed=0: PlainLightGBM(seed=seed),
+    "pairwise_lightgbm": lambda seed=0: PairwiseLightGBM(seed=seed),
     "lm_frozen": _language("FrozenMiniLM", "lm_frozen"),
     "lm_finetuned": _language("FineTunedMiniLM", "lm_finetuned"),
 }
@@ -133,6 +138,7 @@ __all__ = [
     "ForestThroughput",
     "KNNThroughput",
     "MLPThroughput",
+    "PairwiseLightGBM",
     "PlainLightGBM",
     "RidgeThroughput",
     "fit",

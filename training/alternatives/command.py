@@ -7,7 +7,10 @@
         --json alternatives.json --markdown alternatives.md --plot alternatives.png
 
 ``--models ridge,knn`` runs a subset (``all`` by default: :data:`training.alternatives.NAMES`);
-``--tables none`` skips the public tables, ``--tables a.csv,b.csv`` runs others.
+``--tables none`` skips the public tables, ``--tables a.csv,b.csv`` runs others. ``--tune 20``
+gives every family with knobs (the served model included) 20 settings and reports on each table
+the one chosen on the other tables (:mod:`training.alternatives.tuning`); the JSON's ``tuning``
+holds every setting's scores and the choices.
 
 ``leap alternatives-report a.json b.json ... --markdown out.md --plot out.png`` merges saved
 results of the same seed and folds (e.g. cheap models and language models run apart, one table
@@ -77,6 +80,13 @@ def alternatives_cmd(
     tables: Annotated[str | None, typer.Option(
         help="Comma-separated measurement CSVs, or none (default: every table in data/measurements).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of every model, of the tables' folds and attempts' order.")] = 0,
+    tune: Annotated[int, typer.Option(
+        min=0, help="Settings per model family on the tables, each table's chosen on the other tables "
+                    "(0: every model at its defaults).")] = 0,
+    tune_history: Annotated[Path | None, typer.Option(
+        "--tune-history", help="Simulated history to choose the simulator's settings on (--tune settings per "
+                               "family; a seed used for nothing else).")] = None,
+    tune_days: Annotated[int, typer.Option(min=1, help="Nightly retrains of --tune-history to choose on.")] = 3,
     pick_sample: Annotated[int, typer.Option(
         min=1, help="Submissions a day ranked in full for top-1 and regret on the simulator.")] = 1500,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the full result as JSON here.")] = None,
@@ -98,28 +108,52 @@ def alternatives_cmd(
         raise _fail("nothing to run: give --history for the simulator backtest, or tables to --tables")
     if plot_path is not None and plot_path.suffix.lower() != ".png":
         raise _fail(f"--plot writes a PNG: give a path ending in .png, not {plot_path.name!r}")
-    result = _run(history, names, paths, (days, window_days, pick_sample), seed, MeasurementError)
+    if tune and len(paths) < 2:
+        raise _fail("--tune chooses a table's settings on the other tables: give at least two tables")
+    if tune_history is not None and (not tune or history is None or not tune_history.is_dir()):
+        raise _fail("--tune-history needs --tune, --history and an existing folder")
+    choice = None
+    if tune_history is not None:
+        from training.alternatives.tuning import CLASSES, tune_on_history
+
+        choice = tune_on_history(tune_history, [n for n in names if n in CLASSES], tune, tune_days, window_days,
+                                 seed, console)
+    result = _run(history, names, paths, (days, window_days, pick_sample), seed, MeasurementError, tune, choice)
     _print(result)
     _write(result, json_path, markdown_path, plot_path)
 
 
 def _run(history: Path | None, names: list[str], paths: list[Path], nights: tuple[int, int, int], seed: int,
-         measurement_error: type[Exception]) -> dict[str, Any]:
-    """The simulator backtest (``nights`` = days, window, pick sample), then the tables; a bad
-    history or table ends the command."""
+         measurement_error: type[Exception], tune: int = 0, choice: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The simulator backtest (``nights`` = days, window, pick sample; the families of ``choice``
+    at its chosen settings), then the tables (tuned by rotation with ``tune`` settings per family);
+    a bad history or table ends the command."""
     days, window_days, pick_sample = nights
     from training.alternatives.simulated import backtest_alternatives
     from training.alternatives.tables import evaluate_tables
 
     factories = {n: ALTERNATIVES[n] for n in names}
+    if choice is not None:
+        from training.alternatives.tuning import chosen_factories
+
+        factories.update(chosen_factories(choice))
     try:
         simulator = None if history is None else backtest_alternatives(
             history, factories, days=days, window_days=window_days, seed=seed, progress=console,
             pick_sample=pick_sample)
-        results = evaluate_tables(paths, names, seed=seed, progress=console)
+        tuning = None
+        if tune and paths:
+            from training.alternatives.tuning import tuned_tables
+
+            results, tuning = tuned_tables(paths, names, tune, seed, progress=console)
+        else:
+            results = evaluate_tables(paths, names, seed=seed, progress=console)
     except (measurement_error, ValueError, AlternativeUnavailable) as exc:
         raise _fail(str(exc)) from None
-    return {"models": names, "seed": seed, "simulator": simulator, "tables": results}
+    out = {"models": names, "seed": seed, "simulator": simulator, "tables": results}
+    if choice is not None:
+        tuning = {**(tuning or {}), "simulator": choice}
+    return {**out, "tuning": tuning} if tuning is not None else out
 
 
 def _write(result: dict[str, Any], json_path: Path | None, markdown_path: Path | None, plot_path: Path | None) -> None:

@@ -23,12 +23,15 @@ There is one head per evidence level (:func:`predictor.lgbm.evidence_level`; why
 the anchor as one feature. Rows without any anchor get the training median, so the models always
 answer: predictions are never NaN.
 
-A seeded tenth of the sample is held out: per evidence level it sets how much of the heads'
-correction to keep (``trust_``, as the served model does) and the uncertainty band.
+A part of the training **jobs** is held out (:func:`predictor.calibration.job_folds`, as the
+served model draws its own; a tenth, a fifth for the fine-tuned model, which also stops on it):
+on it the frozen model chooses its ridge penalty and the fine-tuned model its learning rate and
+its number of epochs; then, per evidence level, how much of the heads' correction to keep
+(``trust_``, as the served model does) and the uncertainty band.
 
 Encoding is the cost (~12 ms a row forward on 2 CPU cores, ~50 ms a row through a fine-tuning
-step), so each model fits on a deterministic sample of at most ``max_rows`` rows, and the
-fine-tuned model trains for ``steps`` batches of ``batch`` rows.
+step). Both models fit on every training row by default (``max_rows=None``); ``max_rows`` caps
+them at a seeded sample where that cost is too high (the simulator's ~100k rows a night).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import numpy as np
 
 from core.accuracy import best_weight
 from features.rows import CATEGORICAL, GROUPS, UNKNOWN, Rows
+from predictor.calibration import job_folds
 from predictor.lgbm import evidence_level
 from predictor.models import BAND_QUANTILES, ThroughputModel
 from training.alternatives.preprocess import Preprocessor
@@ -152,9 +156,9 @@ def _subset(rows: Rows, idx: np.ndarray) -> Rows:
     return {c: v[idx] for c, v in rows.items()}
 
 
-def sample_rows(n: int, cap: int, seed: int) -> np.ndarray:
-    """Indices of at most ``cap`` of ``n`` rows, drawn by ``seed``, in their original order."""
-    if n <= cap:
+def sample_rows(n: int, cap: int | None, seed: int) -> np.ndarray:
+    """Indices of at most ``cap`` of ``n`` rows (None: all), drawn by ``seed``, in their original order."""
+    if cap is None or n <= cap:
         return np.arange(n)
     return np.sort(np.random.default_rng(seed).choice(n, size=cap, replace=False))
 
@@ -191,11 +195,25 @@ class _TextEmbeddings:
         return table[[self.index[t] for t in texts]]
 
 
+_PRETRAINED: list[_TextEmbeddings] = []
+
+
+def _pretrained_embeddings() -> _TextEmbeddings:
+    """One cache of pretrained embeddings for every frozen model of the process: the encoder never
+    changes, and the folds of a table score mostly the same texts."""
+    if not _PRETRAINED:
+        _PRETRAINED.append(_TextEmbeddings(_minilm().load_params()))
+    return _PRETRAINED[0]
+
+
 class _MiniLMRegressor(ThroughputModel):
     """What both language models share: the row sample, the numeric features, the heads per
     evidence level, the trust and band from held-out rows, and prediction."""
 
-    def __init__(self, max_rows: int, alpha: float, target: str, seed: int) -> None:
+    #: Share of the training jobs held out (validation, trust and band).
+    held_share: ClassVar[float] = 0.1
+
+    def __init__(self, max_rows: int | None, alpha: float, target: str, seed: int) -> None:
         super().__init__()
         self.max_rows = max_rows
         self.alpha = alpha
@@ -204,6 +222,8 @@ class _MiniLMRegressor(ThroughputModel):
         self.features_: Preprocessor | None = None
         self.head_: dict[str, np.ndarray] | None = None
         self.trust_: np.ndarray = np.ones(3)
+        #: what the fit chose and did (penalty; learning rate, curves, steps, seconds), for reports
+        self.fit_report_: dict[str, Any] = {}
         # Not learned state: the encoder that embeds texts for prediction, and its cache.
         self._embeddings: _TextEmbeddings | None = None
 
@@ -224,7 +244,7 @@ class _MiniLMRegressor(ThroughputModel):
         y
             Measured per-accelerator throughput; rows where it is not positive are skipped.
         groups
-            Job keys; accepted for the common contract and unused (the sample is of rows).
+            Job keys: the held-out part is whole jobs (without them, rows).
 
         Returns
         -------
@@ -236,17 +256,25 @@ class _MiniLMRegressor(ThroughputModel):
         usable = np.flatnonzero(np.isfinite(y) & (y > 0))
         idx = usable[sample_rows(len(usable), self.max_rows, self.seed)]
         rows, log_y = _subset(rows, idx), np.log(y[idx])
-        held = _held_out(len(idx), self.seed)
+        held = _held_out(len(idx), None if groups is None else np.asarray(groups)[idx], self.seed, self.held_share)
         fit_rows, fit_y = _subset(rows, np.flatnonzero(~held)), log_y[~held]
         self.features_ = Preprocessor(columns=PRIOR_COLUMNS).fit(fit_rows, fit_y)
-        feats, anchor, *_ = self.features_.transform(fit_rows)
-        target = fit_y - anchor if self.target == "residual" else fit_y
-        self._fit_heads(render(fit_rows), feats, evidence_level(fit_rows), target)
+        parts = [self._inputs(_subset(rows, np.flatnonzero(m)), log_y[m]) for m in (~held, held)]
+        self._fit_heads(*parts[0], parts[1] if held.any() else None)
         cal = held if held.any() else ~held  # too few rows to hold any out: calibrate on the training rows
         self._calibrate(_subset(rows, np.flatnonzero(cal)), y[idx][cal])
         return self
 
-    def _fit_heads(self, texts: list[str], feats: np.ndarray, level: np.ndarray, target: np.ndarray) -> None:
+    def _inputs(self, rows: Rows, log_y: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Texts, numeric features, evidence levels and targets of some rows."""
+        assert self.features_ is not None
+        feats, anchor, *_ = self.features_.transform(rows)
+        return render(rows), feats, evidence_level(rows), log_y - anchor if self.target == "residual" else log_y
+
+    def _fit_heads(self, texts: list[str], feats: np.ndarray, level: np.ndarray, target: np.ndarray,
+                   val: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None) -> None:
+        """Fit the heads (and the encoder) on the training part; ``val`` is the held-out part's
+        ``(texts, feats, level, target)`` to choose on, None when nothing is held out."""
         raise NotImplementedError
 
     def _calibrate(self, rows: Rows, y: np.ndarray) -> None:
@@ -278,13 +306,29 @@ class _MiniLMRegressor(ThroughputModel):
         return base + self.trust_[level] * correction
 
 
-def _held_out(n: int, seed: int) -> np.ndarray:
-    """A seeded tenth of ``n`` sampled rows, held out for trust and band; none below 20 rows (too
-    few to spare), where the band comes from the training rows themselves."""
+def _held_out(n: int, groups: np.ndarray | None, seed: int, share: float = 0.1) -> np.ndarray:
+    """About ``share`` of ``n`` sampled rows, held out: whole jobs when ``groups`` is given, else
+    rows; none below 20 rows (too few to spare), where the band comes from the training rows."""
     mask = np.zeros(n, dtype=bool)
-    if n >= 20:
-        mask[np.random.default_rng(seed + 1).choice(n, size=n // 10, replace=False)] = True
+    if n < 20:
+        return mask
+    if groups is not None and len(np.unique(groups.astype(str))) >= 2:
+        return np.asarray(job_folds(groups, max(2, round(1 / share)), seed + 1) == 0)
+    mask[np.random.default_rng(seed + 1).choice(n, size=max(1, int(n * share)), replace=False)] = True
     return mask
+
+
+#: Ridge penalties the frozen model chooses from on its held-out jobs.
+ALPHAS = (1.0, 10.0, 100.0, 1000.0)
+#: Learning rates the fine-tuned model chooses from on its held-out jobs.
+LEARNING_RATES = (1e-5, 3e-5, 1e-4)
+
+
+def _mse(head: dict[str, np.ndarray], emb: np.ndarray, feats: np.ndarray, level: np.ndarray,
+         target: np.ndarray) -> float:
+    from training.alternatives.minilm_train import head_output
+
+    return float(np.mean(np.square(head_output(head, emb, feats, level) - target)))
 
 
 class FrozenMiniLM(_MiniLMRegressor):
@@ -293,53 +337,76 @@ class FrozenMiniLM(_MiniLMRegressor):
     Parameters
     ----------
     max_rows
-        Rows embedded to fit (a seeded sample; ~12 ms a row on 2 cores, so the default fits in
-        about two and a half minutes whatever the training set's size).
+        Rows embedded to fit (None: every training row; ~12 ms a row on 2 cores).
     alpha
-        Ridge penalty, embedding and features scaled first (:func:`minilm_train.fit_heads`);
-        chosen on the tuning history of :class:`FineTunedMiniLM`, where 10 to 100 did best.
+        Ridge penalty (embedding and features scaled first, :func:`minilm_train.fit_heads`)
+        when nothing is held out; otherwise the one of ``alphas`` with the least squared error
+        on the held-out jobs (``alpha_``).
+    alphas
+        Penalties to choose from.
     target
         ``residual`` (``log(y) - anchor``) or ``log``.
     seed
-        Seeds the row sample and the held-out tenth.
+        Seeds the row sample and the held-out jobs.
     """
 
     kind: ClassVar[str] = "minilm_frozen"
 
-    def __init__(self, max_rows: int = 12_000, alpha: float = 100.0, target: str = "residual", seed: int = 0) -> None:
+    def __init__(self, max_rows: int | None = None, alpha: float = 100.0, alphas: tuple[float, ...] = ALPHAS,
+                 target: str = "residual", seed: int = 0) -> None:
         super().__init__(max_rows, alpha, target, seed)
+        self.alphas = tuple(alphas)
+        self.alpha_ = alpha
 
-    def _fit_heads(self, texts: list[str], feats: np.ndarray, level: np.ndarray, target: np.ndarray) -> None:
+    def get_params(self) -> dict[str, Any]:
+        return {**super().get_params(), "alphas": list(self.alphas)}
+
+    def _fit_heads(self, texts: list[str], feats: np.ndarray, level: np.ndarray, target: np.ndarray,
+                   val: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None) -> None:
         from training.alternatives.minilm_train import fit_heads
 
-        if self._embeddings is None:  # a refit keeps the cache: the pretrained encoder never changes
-            self._embeddings = _TextEmbeddings(_minilm().load_params())
-        self.head_ = fit_heads(self._embeddings(texts).astype(np.float64), feats, target, level, self.alpha)
+        if self._embeddings is None:
+            self._embeddings = _pretrained_embeddings()
+        emb = self._embeddings(texts).astype(np.float64)
+        self.alpha_ = self.alpha
+        if val is not None and self.alphas:
+            v_emb = self._embeddings(val[0]).astype(np.float64)
+            errors = [_mse(fit_heads(emb, feats, target, level, a), v_emb, val[1], val[2], val[3])
+                      for a in self.alphas]
+            self.alpha_ = self.alphas[int(np.argmin(errors))]
+        self.head_ = fit_heads(emb, feats, target, level, self.alpha_)
+        self.fit_report_ = {"alpha": self.alpha_}
 
 
 class FineTunedMiniLM(_MiniLMRegressor):
-    """all-MiniLM-L6-v2 and linear heads trained end to end on the row text.
+    """all-MiniLM-L6-v2 and linear heads trained end to end on the row text, until the
+    validation loss stops improving.
 
-    The heads start from ridge on the frozen embeddings of the sampled rows (``start="ridge"``)
-    or on their numeric features alone with the embedding's weights at 0 (``start="zero"``);
-    then encoder (less its word-embedding matrix, :mod:`training.alternatives.minilm_train`) and
-    heads train together by Adam on the squared error of the target.
+    The heads start from ridge on the frozen embeddings of the training rows (``start="ridge"``)
+    or on their numeric features alone with the embedding's weights at 0 (``start="zero"``).
+    Then, for each learning rate of ``learning_rates``, encoder (less its word-embedding matrix,
+    :mod:`training.alternatives.minilm_train`) and heads train together by Adam on the squared
+    error of the target, epoch after epoch over every training row, until the loss on the
+    held-out jobs (a fifth of them) has not improved for ``patience`` epochs
+    (:func:`~training.alternatives.minilm_train.finetune_until_stale`); the best epoch of the
+    learning rate with the least held-out loss is kept. ``fit_report_`` holds what was done:
+    per learning rate the validation curve (loss before any step, then after each epoch), the
+    steps and the wall time.
 
-    The defaults were chosen on a tuning history (seed 11, 8 days of 1,000 attempts, its last day
-    held out): the residual target (acc@10 0.60; ``log``: 0.39), ridge start, learning rates of
-    1e-5 (a head rate of 1e-3 moved the 384 embedding weights together far enough to raise the
-    held-out error within 40 steps). The defaults cost ~4 minutes of 2 cores whatever the size of
-    the training set: 4,096 rows embedded, 150 steps of 16.
+    With nothing held out (fewer than 20 rows, or one job), there is nothing to stop on: the
+    heads stay the ridge start and the encoder the pretrained one.
 
     Parameters
     ----------
     max_rows
-        Rows sampled to fine-tune on (each is embedded once for the starting heads).
-    steps, batch
-        Adam steps and rows per step: ``steps x batch`` rows pass through encoder and gradient,
-        ~50 ms each on 2 cores.
-    lr_encoder, lr_head
-        Adam learning rates of the encoder and of the heads (warm-up, then linear decay).
+        Rows sampled to fine-tune on (None: every training row).
+    batch
+        Rows per Adam step (~50 ms a row through encoder and gradient on 2 cores).
+    learning_rates
+        Adam learning rates of encoder and heads to choose from (linear warm-up over
+        ``warmup`` steps, then constant).
+    max_epochs, patience, warmup
+        Epochs at most, epochs without improvement before stopping, warm-up steps.
     alpha
         Ridge penalty of the starting heads.
     target
@@ -347,29 +414,34 @@ class FineTunedMiniLM(_MiniLMRegressor):
     start
         ``zero`` or ``ridge``, as above.
     seed
-        Seeds the row sample, the held-out tenth and the batch draws.
+        Seeds the row sample, the held-out jobs and the batch draws.
     """
 
     kind: ClassVar[str] = "minilm_finetuned"
+    held_share: ClassVar[float] = 0.2
 
-    def __init__(self, max_rows: int = 4096, steps: int = 150, batch: int = 16, lr_encoder: float = 1e-5,
-                 lr_head: float = 1e-5, alpha: float = 100.0, target: str = "residual", start: str = "ridge",
+    def __init__(self, max_rows: int | None = None, batch: int = 16,
+                 learning_rates: tuple[float, ...] = LEARNING_RATES, max_epochs: int = 30, patience: int = 3,
+                 warmup: int = 20, alpha: float = 100.0, target: str = "residual", start: str = "ridge",
                  seed: int = 0) -> None:
         super().__init__(max_rows, alpha, target, seed)
-        self.steps = steps
         self.batch = batch
-        self.lr_encoder = lr_encoder
-        self.lr_head = lr_head
+        self.learning_rates = tuple(learning_rates)
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.warmup = warmup
         self.start = start
         self.encoder_: Params | None = None
-        self.losses_: list[float] = []
+        self.fit_report_: dict[str, Any] = {}
 
     def get_params(self) -> dict[str, Any]:
-        return {**super().get_params(), "steps": self.steps, "batch": self.batch, "lr_encoder": self.lr_encoder,
-                "lr_head": self.lr_head, "start": self.start}
+        return {**super().get_params(), "batch": self.batch, "learning_rates": list(self.learning_rates),
+                "max_epochs": self.max_epochs, "patience": self.patience, "warmup": self.warmup,
+                "start": self.start}
 
-    def _fit_heads(self, texts: list[str], feats: np.ndarray, level: np.ndarray, target: np.ndarray) -> None:
-        from training.alternatives.minilm_train import TuneSettings, embedding_spread, finetune, fit_heads
+    def _fit_heads(self, texts: list[str], feats: np.ndarray, level: np.ndarray, target: np.ndarray,
+                   val: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None) -> None:
+        from training.alternatives.minilm_train import EarlyStopping, embedding_spread, finetune_until_stale, fit_heads
 
         if self.start not in ("zero", "ridge"):
             raise ValueError(f"start must be 'zero' or 'ridge', got {self.start!r}")
@@ -379,8 +451,18 @@ class FineTunedMiniLM(_MiniLMRegressor):
         # "zero": the encoder gets gradient only as fast as the heads learn to read it, rather
         # than moving at once under a readout fitted to the pretrained embedding's fine detail.
         start = fit_heads(emb, feats, target, level, self.alpha, with_embedding=self.start == "ridge")
-        ids, mask = minilm.tokenize(texts)
-        settings = TuneSettings(self.steps, self.batch, self.lr_encoder, self.lr_head, self.seed)
-        self.encoder_, self.head_, self.losses_ = finetune(
-            pretrained, start, ids, mask, feats, level, target, settings, emb_scale=1.0 / embedding_spread(emb))
+        self.encoder_, self.head_ = pretrained, start
+        self.fit_report_ = {"rows": len(texts), "held_out_rows": 0 if val is None else len(val[0]), "runs": []}
+        if val is not None and self.learning_rates:
+            data = (*minilm.tokenize(texts), feats, level, target)
+            held = (*minilm.tokenize(val[0]), val[1], val[2], val[3])
+            best = np.inf
+            for lr in self.learning_rates:
+                settings = EarlyStopping(self.batch, lr, self.max_epochs, self.patience, self.warmup, self.seed)
+                encoder, head, curve = finetune_until_stale(pretrained, start, data, held, settings,
+                                                            emb_scale=1.0 / embedding_spread(emb))
+                self.fit_report_["runs"].append(curve.__dict__)
+                if min(curve.val_loss) < best:
+                    best, self.encoder_, self.head_ = min(curve.val_loss), encoder, head
+                    self.fit_report_["lr"] = lr
         self._embeddings = _TextEmbeddings(self.encoder_)

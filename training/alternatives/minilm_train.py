@@ -7,9 +7,10 @@ is a few per cent, that of a cold start a factor of several, and weights fitted 
 first far off (on the tuning history, acc@10 fell from 0.56 for the anchor alone to 0.13). Per
 level, each learns the corrections its rows need.
 
-:func:`fit_heads` fits them by ridge on fixed (frozen) embeddings. :func:`finetune` trains heads
-and encoder (:mod:`training.alternatives.minilm`) together by Adam on the mean squared error,
-for a fixed number of steps on batches drawn with a seeded generator.
+:func:`fit_heads` fits them by ridge on fixed (frozen) embeddings. :func:`finetune_until_stale`
+trains heads and encoder (:mod:`training.alternatives.minilm`) together by Adam on the mean
+squared error, epoch by epoch on batches drawn with a seeded generator, until the loss on
+held-out rows stops improving, and keeps the best epoch.
 
 The word-embedding matrix stays frozen while fine-tuning. It holds 11.7M of the encoder's 22.7M
 parameters, but configuration texts use only a few hundred of its 30,522 rows: its dense
@@ -114,17 +115,6 @@ def head_output(head: dict[str, Any], emb: Any, feats: Any, level: Any) -> Any:
     return (emb * head["w_emb"][level]).sum(-1) + (feats * head["w_feat"][level]).sum(-1) + head["b"][level]
 
 
-@dataclass(frozen=True)
-class TuneSettings:
-    """Fine-tuning settings (see :class:`training.alternatives.language.FineTunedMiniLM`)."""
-
-    steps: int
-    batch: int
-    lr_encoder: float
-    lr_head: float
-    seed: int
-
-
 def _split(params: Params) -> tuple[Tree, jax.Array]:
     """Trainable encoder parameters, and the frozen word-embedding matrix."""
     emb = {k: v for k, v in params["emb"].items() if k != "word"}
@@ -160,75 +150,150 @@ def _adam_step(train: Tree, state: Tree, word: jax.Array, scale: jax.Array, batc
 _adam_step_jit = jax.jit(_adam_step, donate_argnums=(0, 1))
 
 
-def schedule(step: int, steps: int) -> float:
-    """Learning-rate multiplier: linear warm-up over the first tenth of the steps, then linear
-    decay to 0 (BERT's schedule).
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Fine-tuning until the validation loss stops improving (see :func:`finetune_until_stale`).
 
-    Without the warm-up, Adam's first steps move every encoder weight by the full learning rate
-    in the sign of a one-batch gradient, before its moment estimates mean anything; under heads
-    fitted to the pretrained embedding's fine detail, that moves predictions far off at once.
-    """
-    warm = max(1, steps // 10)
-    if step < warm:
-        return (step + 1) / warm
-    return max(0.0, (steps - step) / max(1, steps - warm))
-
-
-def finetune(params: Params, head: dict[str, np.ndarray], ids: np.ndarray, mask: np.ndarray, feats: np.ndarray,
-             level: np.ndarray, target: np.ndarray, settings: TuneSettings, emb_scale: float = 1.0,
-             ) -> tuple[Params, dict[str, np.ndarray], list[float]]:
-    """Train encoder and head end to end on the mean squared error.
-
-    Parameters
+    Attributes
     ----------
-    params
-        Encoder parameters to start from (not modified).
-    head
-        The starting heads, as :func:`fit_heads` returns them.
-    ids, mask
-        Tokens of the training texts, all padded to one length (one compiled step).
-    feats
-        ``(n, k)`` numeric features.
-    level
-        ``(n,)`` evidence level of each row.
-    target
-        ``(n,)`` regression target.
-    settings
-        Steps, batch size, learning rates and the seed of the batch draws.
-    emb_scale
-        The head reads the embedding times this (e.g. 1 / its spread over the training texts),
-        so that a step of ``lr_head`` on its weights moves predictions about as much for the
-        embedding (entries ~0.05, differences between texts far smaller) as for the features.
-
-    Returns
-    -------
-    (params, head, losses)
-        Trained encoder parameters and head, and each step's batch loss.
+    batch
+        Rows per Adam step.
+    lr
+        Adam learning rate of encoder and heads (after a linear warm-up over ``warmup`` steps).
+    max_epochs
+        Passes over the training rows at most.
+    patience
+        Epochs without a new best validation loss before stopping.
+    warmup
+        Steps of linear warm-up (at most one epoch's).
+    seed
+        Seed of the batch draws.
     """
+
+    batch: int
+    lr: float
+    max_epochs: int
+    patience: int
+    warmup: int
+    seed: int
+
+
+@dataclass
+class Curve:
+    """What one fine-tuning run did: validation loss after each epoch (index 0: before any
+    step), the steps it took, the best epoch and its wall time."""
+
+    lr: float
+    val_loss: list[float]
+    train_loss: list[float]
+    steps: int
+    best_epoch: int
+    seconds: float
+
+
+def _val_loss(params: Params, head: dict[str, Any], scale: float, val: tuple[np.ndarray, ...]) -> float:
+    """Mean squared error of the target on the validation rows (forward passes only)."""
+    from training.alternatives.minilm import _encode_jit
+
+    ids, mask, feats, level, target = val
+    total = 0.0
+    for start in range(0, len(ids), 64):
+        sl = slice(start, start + 64)
+        n = len(ids[sl])
+        rows = max(8, 1 << (n - 1).bit_length())  # a few padded shapes, each compiled once
+        emb = np.asarray(_encode_jit(params, np.pad(ids[sl], ((0, rows - n), (0, 0))),
+                                     np.pad(mask[sl], ((0, rows - n), (0, 0))))[:n]) * scale
+        out = head_output({k: np.asarray(v) for k, v in head.items()}, emb, feats[sl], level[sl])
+        total += float(np.sum(np.square(out - target[sl])))
+    return total / max(1, len(ids))
+
+
+def _start(params: Params, head: dict[str, np.ndarray], rate: float, emb_scale: float
+           ) -> tuple[Tree, Tree, jax.Array, Tree]:
+    """Trainable parameters (encoder less its word embeddings, and heads), Adam's zero state, the
+    frozen word embeddings and the learning rate of every trainable leaf."""
     trainable, word = _split(jax.tree_util.tree_map(jnp.array, params))
     start = {**head, "w_emb": np.asarray(head["w_emb"]) / emb_scale}
     train = {"encoder": trainable, "head": {k: jnp.asarray(v, dtype=jnp.float32) for k, v in start.items()}}
-    lr = {"encoder": jax.tree_util.tree_map(lambda _: jnp.float32(settings.lr_encoder), trainable),
-          "head": {k: jnp.float32(settings.lr_head) for k in train["head"]}}
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, train)
-    state = (zeros, jax.tree_util.tree_map(jnp.zeros_like, train), jnp.float32(0.0))
-    data = (jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(feats, dtype=jnp.float32),
-            jnp.asarray(level, dtype=jnp.int32), jnp.asarray(target, dtype=jnp.float32))
-    rng = np.random.default_rng(settings.seed)
-    n, size = len(ids), min(settings.batch, len(ids))
+    lr = {"encoder": jax.tree_util.tree_map(lambda _: jnp.float32(rate), trainable),
+          "head": {k: jnp.float32(rate) for k in train["head"]}}
+    state = (jax.tree_util.tree_map(jnp.zeros_like, train), jax.tree_util.tree_map(jnp.zeros_like, train),
+             jnp.float32(0.0))
+    return train, state, word, lr
+
+
+def _epoch(model: tuple[Tree, Tree, jax.Array, Tree], arrays: tuple[jax.Array, ...], order: np.ndarray, size: int,
+           step: int, warmup: int, emb_scale: float) -> tuple[Tree, Tree, list[float]]:
+    """One pass of Adam steps over ``order`` in batches of ``size`` (one batch shape: the step
+    compiles once); returns the parameters, Adam's state and each step's batch loss."""
+    train, state, word, lr = model
     losses: list[float] = []
-    order, cursor = rng.permutation(n), 0
-    for step in range(settings.steps):
-        # Epochs without replacement; one batch shape throughout, so the step compiles once.
-        if cursor + size > n:
-            order, cursor = rng.permutation(n), 0
-        idx = jnp.asarray(order[cursor : cursor + size])
-        cursor += size
-        rate = jnp.float32(schedule(step, settings.steps))
-        train, state, loss = _adam_step_jit(train, state, word, jnp.float32(emb_scale), tuple(a[idx] for a in data),
-                                            lr, rate)
+    for first in range(0, len(order), size):
+        rate = jnp.float32(min(1.0, (step + len(losses) + 1) / max(1, warmup)))
+        idx = jnp.asarray(order[first : first + size])
+        train, state, loss = _adam_step_jit(train, state, word, jnp.float32(emb_scale),
+                                            tuple(a[idx] for a in arrays), lr, rate)
         losses.append(float(loss))
-    tuned = _join(train["encoder"], word)
-    tuned_head = {k: np.asarray(v) for k, v in train["head"].items()}
-    tuned_head["w_emb"] = tuned_head["w_emb"] * emb_scale
-    return tuned, tuned_head, losses
+    return train, state, losses
+
+
+def finetune_until_stale(params: Params, head: dict[str, np.ndarray], data: tuple[np.ndarray, ...],
+                         val: tuple[np.ndarray, ...], settings: EarlyStopping, emb_scale: float = 1.0,
+                         ) -> tuple[Params, dict[str, np.ndarray], Curve]:
+    """Train encoder and heads end to end, epoch by epoch, keeping the epoch of least validation loss.
+
+    After each pass the validation loss is measured; training stops after ``patience`` epochs
+    without a new best (or ``max_epochs``); the best epoch's parameters (or the start's) are kept.
+
+    Parameters
+    ----------
+    params, head
+        Encoder parameters and heads (:func:`fit_heads`) to start from (not modified).
+    data, val
+        ``(ids, mask, feats, level, target)`` of the training and the validation rows (each
+        padded to one token length).
+    settings
+        Batch, learning rate, epochs, patience, warm-up, seed.
+    emb_scale
+        The head reads the embedding times this (1 / its spread over the training texts), so
+        that a step on its weights moves predictions as much for the embedding as the features.
+
+    Returns
+    -------
+    (params, head, curve)
+    """
+    import time
+
+    t0 = time.perf_counter()
+    train, state, word, lr = _start(params, head, settings.lr, emb_scale)
+    arrays = (jnp.asarray(data[0]), jnp.asarray(data[1]), jnp.asarray(data[2], dtype=jnp.float32),
+              jnp.asarray(data[3], dtype=jnp.int32), jnp.asarray(data[4], dtype=jnp.float32))
+
+    def snapshot(tr: Tree) -> tuple[Params, dict[str, np.ndarray]]:
+        # Copies: the step donates its input buffers, so a kept reference would be overwritten.
+        enc = jax.tree_util.tree_map(lambda a: jnp.array(a, copy=True), _join(tr["encoder"], word))
+        return enc, {k: np.array(v) for k, v in tr["head"].items()}
+
+    best_params, best_head = snapshot(train)
+    val_losses = [_val_loss(best_params, best_head, emb_scale, val)]
+    train_losses: list[float] = []
+    best_epoch, stale, step = 0, 0, 0
+    rng = np.random.default_rng(settings.seed)
+    n, size = len(data[0]), min(settings.batch, len(data[0]))
+    for epoch in range(1, settings.max_epochs + 1):
+        train, state, losses = _epoch((train, state, word, lr), arrays, rng.permutation(n)[: n - n % size], size,
+                                      step, settings.warmup, emb_scale)
+        step += len(losses)
+        train_losses.append(float(np.mean(losses)))
+        params_now, head_now = snapshot(train)
+        val_losses.append(_val_loss(params_now, head_now, emb_scale, val))
+        if val_losses[-1] < min(val_losses[:-1]):
+            best_params, best_head, best_epoch, stale = params_now, head_now, epoch, 0
+        else:
+            stale += 1
+            if stale >= settings.patience:
+                break
+    best_head["w_emb"] = best_head["w_emb"] * emb_scale
+    curve = Curve(settings.lr, [round(v, 6) for v in val_losses], [round(v, 6) for v in train_losses], step,
+                  best_epoch, round(time.perf_counter() - t0, 2))
+    return best_params, best_head, curve

@@ -15,8 +15,13 @@ No configuration beyond that, no specs, no lookup medians, no base model, no anc
 trust calibration: what the served model adds over this is what its extra features and stages
 are worth. The public-table evaluation's pairwise LightGBM reads the same kind of inputs.
 
-Target: ``log(y) - log_prior`` where there is a prior, ``log(y)`` where there is none (the
-trees tell the two apart by the missing prior, which LightGBM routes on its own).
+Target (``target``): ``residual`` = ``log(y) - log_prior`` where there is a prior, ``log(y)``
+where there is none (the trees tell the two apart by the missing prior, which LightGBM routes on
+its own); ``anchor`` = ``log(y) - anchor``, with the anchor (the served model's model-free chain,
+:func:`training.alternatives.preprocess.anchor`: own throughput here, else the prior carried by
+the paired ratio, else the transferred prior, lookup, roofline) as a sixth input; ``log`` =
+``log(y)``. Which one is a setting chosen on tuning data (:mod:`training.alternatives.tuning`).
+The band is calibrated on a tenth of the training jobs (:func:`predictor.calibration.job_folds`).
 
 Tuning (``leap fleet history --days 14 --attempts-per-day 2000 --seed 7``, last 3 nightly
 retrains, 30-day window, mean acc@10; never a reported run): the residual target 0.583 against
@@ -33,11 +38,12 @@ import numpy as np
 
 from features.rows import Rows
 from predictor.models import BAND_QUANTILES, ThroughputModel
+from training.alternatives.preprocess import anchor
+from training.alternatives.sklearn_models import held_out_jobs
 
 FEATURES = ("log_prior", "hardware", "prior_hw", "log_batch", "log_accelerators")
+TARGETS = ("residual", "anchor", "log")
 CATEGORIES = ("hardware", "prior_hw")
-#: Held out for the band, as in the served model.
-CALIBRATION_SHARE = 0.1
 
 
 def plain_inputs(rows: Rows) -> dict[str, np.ndarray]:
@@ -61,7 +67,8 @@ class PlainLightGBM(ThroughputModel):
     num_leaves, n_estimators, learning_rate, min_child_samples
         LightGBM's own; ``min_child_samples`` shrinks on small training sets (public tables).
     target
-        ``residual`` (``log(y) - log_prior`` where there is a prior) or ``log``.
+        ``residual`` (``log(y) - log_prior`` where there is a prior), ``anchor`` (``log(y) -
+        anchor``, the anchor also an input) or ``log``.
     num_threads
         Threads for fitting and predicting.
     seed
@@ -82,17 +89,23 @@ class PlainLightGBM(ThroughputModel):
         self.seed = seed
         self.booster_: lgb.Booster | None = None
         self.vocab_: dict[str, dict[str, int]] = {}
+        self.fallback_ = 0.0
 
     def get_params(self) -> dict[str, Any]:
         return {"num_leaves": self.num_leaves, "n_estimators": self.n_estimators,
                 "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
                 "target": self.target, "num_threads": self.num_threads, "seed": self.seed}
 
+    def _features(self) -> tuple[str, ...]:
+        return (*FEATURES, "anchor") if self.target == "anchor" else FEATURES
+
     def _matrix(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
         """The feature matrix (categories as codes, NaN if unseen) and each row's offset."""
         inputs = plain_inputs(rows)
+        if self.target == "anchor":
+            inputs["anchor"], _ = anchor(rows, self.fallback_)
         cols = []
-        for name in FEATURES:
+        for name in self._features():
             if name in CATEGORIES:
                 codes = self.vocab_[name]
                 distinct, inverse = np.unique(inputs[name], return_inverse=True)
@@ -100,19 +113,24 @@ class PlainLightGBM(ThroughputModel):
             else:
                 cols.append(inputs[name])
         prior = inputs["log_prior"]
-        offset = np.where(np.isfinite(prior), prior, 0.0) if self.target == "residual" else np.zeros(len(prior))
-        return np.column_stack(cols) if cols[0].size else np.zeros((0, len(FEATURES))), offset
+        if self.target == "residual":
+            offset = np.where(np.isfinite(prior), prior, 0.0)
+        else:
+            offset = inputs["anchor"] if self.target == "anchor" else np.zeros(len(prior))
+        return np.column_stack(cols) if cols[0].size else np.zeros((0, len(self._features()))), offset
 
     def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None = None) -> Self:
-        """Fit on rows and their per-accelerator throughput; ``groups`` is unused."""
-        if self.target not in ("residual", "log"):
-            raise ValueError(f"target must be 'residual' or 'log', got {self.target!r}")
+        """Fit on rows and their per-accelerator throughput; ``groups`` (job keys) draw the band's
+        held-out tenth by job."""
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
         y = np.asarray(y, dtype=np.float64)
         if len(y) == 0:
             raise ValueError(f"{self.kind}: no training rows")
         inputs = plain_inputs(rows)
         self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(inputs[c].tolist())))} for c in CATEGORIES}
-        calibrate = np.random.default_rng(self.seed).random(len(y)) < CALIBRATION_SHARE
+        self.fallback_ = float(np.median(np.log(y)))
+        calibrate = held_out_jobs(len(y), groups, self.seed)
         if calibrate.sum() < 30:
             calibrate[:] = False  # too few rows to hold any out: band from the training rows
         x, offset = self._matrix(rows)
@@ -125,7 +143,7 @@ class PlainLightGBM(ThroughputModel):
             "max_cat_to_onehot": 8, "lambda_l2": 1.0, "num_threads": self.num_threads, "seed": self.seed,
             "deterministic": True, "force_col_wise": True, "verbose": -1,
         }
-        data = lgb.Dataset(x[fit], label=np.log(y[fit]) - offset[fit], feature_name=list(FEATURES),
+        data = lgb.Dataset(x[fit], label=np.log(y[fit]) - offset[fit], feature_name=list(self._features()),
                            categorical_feature=list(CATEGORIES))
         self.booster_ = lgb.train(params, data, num_boost_round=self.n_estimators)
         held = calibrate if calibrate.any() else fit

@@ -65,6 +65,9 @@ def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                            "simulator": copy.deepcopy(simulators[0]) if simulators else None, "tables": {}}
     for simulator in simulators[1:]:
         _merge_simulator(out["simulator"], simulator)
+    tuned = [r["tuning"] for r in results if r.get("tuning")]
+    if tuned:
+        out["tuning"] = copy.deepcopy(tuned[0])  # the search that chose the tuned models' settings
     for result in results:
         out["models"] += [m for m in result.get("models", []) if m not in out["models"]]
         for stem, table in result.get("tables", {}).items():
@@ -151,7 +154,36 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["| " + " | ".join([row["model"], *(cell(row.get(k), d) for _, k, d in COLUMNS)]) + " |"
                   for row in rows]
         lines += [*_sample_note(rows), ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _settings_lines(result))
+
+
+def _settings_lines(result: dict[str, Any]) -> list[str]:
+    """Which settings each tuned family got, per dataset, and what they were chosen on."""
+    tuning = result.get("tuning") or {}
+    lines: list[str] = []
+    if tuning.get("rotation"):
+        lines += ["## Settings chosen (tables)", "",
+                  f"{tuning['draws']} settings per family (the first its defaults); each table's chosen on the "
+                  "other tables, by mean acc@10 over both protocols (`chosen on` / `defaults on`: that mean).", "",
+                  "| table | model | settings ({} = defaults) | chosen on | defaults on |", "|---|---|---|---:|---:|"]
+        for stem, families in tuning["rotation"].items():
+            for family, c in families.items():
+                lines.append(f"| {stem} | {family} | `{_setting_text(c['settings'])}` | {c['chosen_on_acc10']:.3f} "
+                             f"| {c['defaults_on_acc10']:.3f} |")
+        lines.append("")
+    sim = tuning.get("simulator")
+    if sim:
+        lines += ["## Settings chosen (simulator)", "",
+                  f"{sim['draws']} settings per family on {sim['history']}, {sim['days']} nights, by mean acc@10.", "",
+                  "| model | settings ({} = defaults) | acc@10 | defaults |", "|---|---|---:|---:|"]
+        lines += [f"| {f} | `{_setting_text(c['settings'])}` | {c['acc10']:.3f} | {c['defaults_acc10']:.3f} |"
+                  for f, c in sim["chosen"].items()]
+        lines.append("")
+    return lines
+
+
+def _setting_text(setting: dict[str, Any]) -> str:
+    return "{}" if not setting else ", ".join(f"{k}={v}" for k, v in setting.items())
 
 
 def _sample_note(rows: list[dict[str, Any]]) -> list[str]:

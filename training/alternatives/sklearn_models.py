@@ -2,24 +2,27 @@
 
 All four read the same matrix (:class:`training.alternatives.preprocess.Preprocessor`: every
 column of the model rows, standardised, with missing indicators, categoricals one-hot or, for the
-forest, ordinal) and learn the same target, ``log(y) - anchor`` (the served model's anchor chain,
-:func:`training.alternatives.preprocess.anchor`), so they differ only in the learner. Each holds
-out a random tenth of its training rows, as the served model does, to choose how much of its
-correction to trust per anchor source and for a split-conformal band
+forest, ordinal), the anchor among the columns (the served model's anchor chain,
+:func:`training.alternatives.preprocess.anchor`), and learn either ``log(y) - anchor``
+(``target="residual"``, the served model's target) or ``log(y)`` (``target="log"``); which one
+is a setting chosen on tuning data with the others (:mod:`training.alternatives.tuning`). Each
+holds out a tenth of its training **jobs** (:func:`predictor.calibration.job_folds`, as the
+served model draws its own), so that no job's attempts sit on both sides, to choose how much of
+its correction to trust per anchor source and for a split-conformal band
 (:meth:`ThroughputModel.predict_band`); with fewer than 2,000 training rows (the public tables'
 folds) nothing is held out: full corrections, band from the training rows. Predictions are
 never NaN.
 
-Hyperparameters were chosen on a tuning history, never on a reported run: ``leap fleet history
+The defaults were chosen on a tuning history, never on a reported run: ``leap fleet history
 --days 14 --attempts-per-day 2000 --seed 7``, the last 3 nightly retrains with a 30-day window,
-by mean acc@10 (reports use other seeds). Each class says what was tried. Two choices hold for
-all four: the per-source **trust** (:meth:`SklearnThroughput._calibrate_trust`) lifted every
-learner (acc@10: MLP 0.515 -> 0.601, forest 0.589 -> 0.603, kNN 0.557 -> 0.571), and the
-**residual** target is what makes a linear model usable at all (see :class:`RidgeThroughput`).
+by mean acc@10 (reports use other seeds); ``leap alternatives --tune`` searches them again
+(:mod:`training.alternatives.tuning`). Two choices hold for all four: the per-source **trust**
+(:meth:`SklearnThroughput._calibrate_trust`) lifted every learner (acc@10: MLP 0.515 -> 0.601,
+forest 0.589 -> 0.603, kNN 0.557 -> 0.571), and the **residual** target is what makes a linear
+model usable at all (see :class:`RidgeThroughput`).
 
-Rows are subsampled (seeded) where a learner's cost grows faster than linearly with them, so that
-a fit on ~100k rows takes well under a minute on two cores: kNN keeps 30,000 rows as neighbours,
-the forest draws 20,000 rows per tree, the MLP trains on 20,000 rows.
+Every training row is used (``max_rows=None``, the forest's trees draw as many rows as there
+are): the fit times in the reports are what that costs.
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ import numpy as np
 
 from core.accuracy import best_weight
 from features.rows import Rows
+from predictor.calibration import job_folds
 from predictor.models import BAND_QUANTILES, ThroughputModel
 from training.alternatives.preprocess import Preprocessor
 
-#: Share of the training rows held out for the band, as the served model holds out for its own.
+#: Share of the training jobs held out for trust and band, as the served model holds out its own.
 CALIBRATION_SHARE = 0.1
+TARGETS = ("residual", "log")
 #: Fewer held-out rows than this (a tenth of the training rows) say too little: nothing is held
 #: out, the correction is kept whole and the band comes from the training rows themselves.
 MIN_CALIBRATION_ROWS = 200
@@ -59,6 +64,14 @@ def _take(rows: Rows, idx: np.ndarray) -> Rows:
     return {c: v[idx] for c, v in rows.items()}
 
 
+def held_out_jobs(n: int, groups: np.ndarray | None, seed: int) -> np.ndarray:
+    """A mask of about :data:`CALIBRATION_SHARE` of ``n`` rows: whole jobs when ``groups`` (job
+    keys) is given, so that no job's attempts are on both sides; a random tenth of rows otherwise."""
+    if groups is not None:
+        return np.asarray(job_folds(np.asarray(groups), round(1 / CALIBRATION_SHARE), seed) == 0)
+    return np.random.default_rng(seed).random(n) < CALIBRATION_SHARE
+
+
 class SklearnThroughput(ThroughputModel):
     """A scikit-learn regressor of ``log(y) - anchor`` on the shared preprocessed matrix.
 
@@ -70,7 +83,9 @@ class SklearnThroughput(ThroughputModel):
         Also fit one learner per anchor source (see :meth:`_fit_learners`).
     trust
         Scale the correction per anchor source by a weight chosen on held-out rows
-        (:meth:`_calibrate_trust`).
+        (:meth:`_calibrate_trust`; ``residual`` target only).
+    target
+        ``residual`` (``log(y) - anchor``) or ``log`` (``log(y)``, the anchor one input).
     seed
         Seeds the calibration split, the sample and the learner.
     """
@@ -80,11 +95,12 @@ class SklearnThroughput(ThroughputModel):
     encoding: ClassVar[str] = "onehot"
 
     def __init__(self, max_rows: int | None = None, by_source: bool = False, trust: bool = True,
-                 seed: int = 0) -> None:
+                 target: str = "residual", seed: int = 0) -> None:
         super().__init__()
         self.max_rows = max_rows
         self.by_source = by_source
         self.trust = trust
+        self.target = target
         self.seed = seed
         self.preprocessor_: Preprocessor | None = None
         self.estimator_: dict[int, Any] = {}
@@ -100,16 +116,20 @@ class SklearnThroughput(ThroughputModel):
         return None
 
     def get_params(self) -> dict[str, Any]:
-        return {"max_rows": self.max_rows, "by_source": self.by_source, "trust": self.trust, "seed": self.seed}
+        return {"max_rows": self.max_rows, "by_source": self.by_source, "trust": self.trust, "target": self.target,
+                "seed": self.seed}
 
     def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None = None) -> Self:
-        """Fit on rows and their per-accelerator throughput; ``groups`` (job keys) is unused."""
+        """Fit on rows and their per-accelerator throughput; ``groups`` (job keys) draw the held-out
+        tenth by job (without them, by row)."""
+        if self.target not in TARGETS:
+            raise ValueError(f"{self.kind}: target must be one of {TARGETS}, got {self.target!r}")
         y = np.asarray(y, dtype=np.float64)
         n = len(y)
         if n == 0:
             raise ValueError(f"{self.kind}: no training rows")
         rng = np.random.default_rng(self.seed)
-        calibrate = rng.random(n) < CALIBRATION_SHARE if n >= MIN_CALIBRATION_ROWS / CALIBRATION_SHARE \
+        calibrate = held_out_jobs(n, groups, self.seed) if n >= MIN_CALIBRATION_ROWS / CALIBRATION_SHARE \
             else np.zeros(n, dtype=bool)
         fit_idx = np.flatnonzero(~calibrate)
         if self.max_rows is not None and len(fit_idx) > self.max_rows:
@@ -117,13 +137,14 @@ class SklearnThroughput(ThroughputModel):
         fit_rows, log_y = _take(rows, fit_idx), np.log(y[fit_idx])
         self.preprocessor_ = Preprocessor(categorical=self.encoding, columns=self._columns()).fit(fit_rows, log_y)
         x, base, source = self.preprocessor_.transform(fit_rows)
-        target = log_y - base
+        target = log_y - base if self.target == "residual" else log_y
         # A learner extrapolating far outside the corrections it saw (a network on an unseen
         # configuration) is clipped to their range: no correction was ever larger.
         self.clip_ = (float(target.min()), float(target.max()))
         self.estimator_ = self._fit_learners(x, target, source)
         held = np.flatnonzero(calibrate)
-        self.trust_ = self._calibrate_trust(_take(rows, held), y[held]) if self.trust and len(held) else {}
+        trusted = self.trust and self.target == "residual" and len(held) > 0
+        self.trust_ = self._calibrate_trust(_take(rows, held), y[held]) if trusted else {}
         held = held if len(held) else fit_idx
         residual = np.log(y[held]) - self._predict_log(_take(rows, held))
         self.band_ = (float(np.quantile(residual, BAND_QUANTILES[0])), float(np.quantile(residual, BAND_QUANTILES[1])))
@@ -134,6 +155,8 @@ class SklearnThroughput(ThroughputModel):
         if self.preprocessor_ is None or not self.estimator_:
             raise RuntimeError(f"{self.kind}: model is not fitted")
         x, base, source = self.preprocessor_.transform(rows)
+        if self.target == "log":
+            base = np.zeros(len(base))  # the learners' output is the whole log throughput
         correction = np.zeros(len(base))
         for k in np.unique(source).tolist():
             at = source == k
@@ -202,8 +225,8 @@ class RidgeThroughput(SklearnThroughput):
     kind: ClassVar[str] = "ridge"
 
     def __init__(self, alpha: float = 1.0, max_rows: int | None = None, by_source: bool = True, trust: bool = True,
-                 seed: int = 0) -> None:
-        super().__init__(max_rows, by_source, trust, seed)
+                 target: str = "residual", seed: int = 0) -> None:
+        super().__init__(max_rows, by_source, trust, target, seed)
         self.alpha = alpha
 
     def get_params(self) -> dict[str, Any]:
@@ -231,16 +254,16 @@ class KNNThroughput(SklearnThroughput):
     n_neighbors
         Neighbours averaged (fewer when there are fewer training rows).
     max_rows
-        Rows kept as neighbours: a query's cost grows with them.
+        Rows kept as neighbours (None: all): a query's cost grows with them.
     columns
         Row columns the distance reads.
     """
 
     kind: ClassVar[str] = "knn"
 
-    def __init__(self, n_neighbors: int = 10, max_rows: int | None = 30_000, columns: tuple[str, ...] = KNN_COLUMNS,
-                 by_source: bool = True, trust: bool = True, seed: int = 0) -> None:
-        super().__init__(max_rows, by_source, trust, seed)
+    def __init__(self, n_neighbors: int = 10, max_rows: int | None = None, columns: tuple[str, ...] = KNN_COLUMNS,
+                 by_source: bool = True, trust: bool = True, target: str = "residual", seed: int = 0) -> None:
+        super().__init__(max_rows, by_source, trust, target, seed)
         self.n_neighbors = n_neighbors
         self.columns = tuple(columns)
 
@@ -260,24 +283,24 @@ class ForestThroughput(SklearnThroughput):
     """A random forest of the correction, on ordinal-coded categories (trees need no one-hot).
 
     Tuning (seed 7): ``min_samples_leaf`` 3 or 10 and ``max_features`` 0.5 or 0.3 gave acc@10
-    0.603 (3, 0.5), 0.598 (10, 0.5), 0.599 (3, 0.3). 60 trees of 20,000 rows each keep a fit
-    on 100k rows within the budget.
+    0.603 (3, 0.5), 0.598 (10, 0.5), 0.599 (3, 0.3) (then on 20,000-row samples per tree; now
+    every tree draws as many rows as there are).
 
     Parameters
     ----------
     n_estimators, min_samples_leaf, max_features
         scikit-learn's own.
     max_samples
-        Rows drawn (with replacement) for each tree: the fit's cost grows with them.
+        Rows drawn (with replacement) for each tree; None: as many as there are.
     """
 
     kind: ClassVar[str] = "random_forest"
     encoding: ClassVar[str] = "ordinal"
 
     def __init__(self, n_estimators: int = 60, min_samples_leaf: int = 3, max_features: float = 0.5,
-                 max_samples: int = 20_000, max_rows: int | None = None, by_source: bool = False, trust: bool = True,
-                 seed: int = 0) -> None:
-        super().__init__(max_rows, by_source, trust, seed)
+                 max_samples: int | None = None, max_rows: int | None = None, by_source: bool = False,
+                 trust: bool = True, target: str = "residual", seed: int = 0) -> None:
+        super().__init__(max_rows, by_source, trust, target, seed)
         self.n_estimators = n_estimators
         self.min_samples_leaf = min_samples_leaf
         self.max_features = max_features
@@ -292,7 +315,8 @@ class ForestThroughput(SklearnThroughput):
 
         return RandomForestRegressor(
             n_estimators=self.n_estimators, min_samples_leaf=self.min_samples_leaf, max_features=self.max_features,
-            max_samples=min(self.max_samples, n_rows), n_jobs=2, random_state=self.seed,
+            max_samples=None if self.max_samples is None else min(self.max_samples, n_rows), n_jobs=2,
+            random_state=self.seed,
         )
 
     def _fit_learners(self, x: np.ndarray, target: np.ndarray, source: np.ndarray) -> dict[int, Any]:
@@ -309,8 +333,7 @@ class MLPThroughput(SklearnThroughput):
 
     Tuning (seed 7), acc@10 and fit time on ~22k rows: (128, 64) with ``alpha`` 1e-3 0.601 (63 s),
     1e-2 0.612 (57 s); (64, 32) with 1e-3 0.606 (47 s), 1e-4 0.610 (36 s). The last is within
-    0.002 of the best at two thirds of its cost, so it is the default. It trains on at most 20,000
-    rows (the tuning nights had ~22k): on 107k rows a 30,000-row fit took 62 s of CPU.
+    0.002 of the best at two thirds of its cost, so it is the default. It trains on every row.
 
     Parameters
     ----------
@@ -321,14 +344,15 @@ class MLPThroughput(SklearnThroughput):
     max_iter
         Epochs at most (early stopping usually ends sooner).
     max_rows
-        Rows trained on: each epoch's cost grows with them.
+        Rows trained on (None: all): each epoch's cost grows with them.
     """
 
     kind: ClassVar[str] = "mlp"
 
     def __init__(self, hidden: tuple[int, ...] = (64, 32), alpha: float = 1e-4, max_iter: int = 60,
-                 max_rows: int | None = 20_000, by_source: bool = False, trust: bool = True, seed: int = 0) -> None:
-        super().__init__(max_rows, by_source, trust, seed)
+                 max_rows: int | None = None, by_source: bool = False, trust: bool = True, target: str = "residual",
+                 seed: int = 0) -> None:
+        super().__init__(max_rows, by_source, trust, target, seed)
         self.hidden = tuple(hidden)
         self.alpha = alpha
         self.max_iter = max_iter

@@ -52,7 +52,7 @@ from training.measurements.estimators import (
     resolve_models,
 )
 from training.measurements.history import TableHistory, to_history, write_history
-from training.measurements.pairs import N_FOLDS, PROTOCOLS, config_ids, folds
+from training.measurements.pairs import N_FOLDS, PROTOCOLS, config_ids, configuration_ids, folds
 from training.measurements.pairwise import PairwiseLightGBM
 from training.measurements.protocol import evaluate, load_history
 from training.measurements.runner import PRIMARY, Fold, make_fold, run_protocol, score_model
@@ -88,6 +88,7 @@ __all__ = [
     "TableHistory",
     "app",
     "config_ids",
+    "configuration_ids",
     "evaluate",
     "evaluate_measurements_cmd",
     "folds",

@@ -35,7 +35,7 @@ from predictor.models import ThroughputModel
 from training.dataset import Examples, build_cross_fitted_examples, build_held_out_examples, select_jobs
 from training.measurements.estimators import Estimator, ModelFactory
 from training.measurements.history import TableHistory
-from training.measurements.pairs import config_ids, folds
+from training.measurements.pairs import folds
 from training.measurements.table import Table
 
 #: The evidence level whose rows give the primary figures (the job ran elsewhere before).
@@ -68,6 +68,8 @@ class _ModelRun:
     fit_s: float = 0.0
     predict_s: float = 0.0
     predicted_rows: int = 0
+    #: per fold, what a model that reports its fit (``fit_report_``) chose and did
+    reports: list[Any] = field(default_factory=list)
 
 
 def fit_estimator(model: Estimator | ThroughputModel, rows: Rows, y: np.ndarray, groups: np.ndarray
@@ -92,6 +94,8 @@ def _run_model(factory: ModelFactory, fold: Fold, full_rows: Rows, sizes: list[i
     t0 = time.perf_counter()
     model = fit_estimator(factory(), fold.train.rows, fold.train.y, fold.train.job_key) if len(fold.train) else None
     run.fit_s += time.perf_counter() - t0
+    if getattr(model, "fit_report_", None):
+        run.reports.append(model.fit_report_)  # type: ignore[union-attr]
     n_test, n_full = len(fold.test), int(sum(sizes))
     if model is None:  # nothing to train on (e.g. a table with one workload, held out)
         run.acc.append(np.full(n_test, np.nan))
@@ -137,7 +141,7 @@ def run_protocol(
     runs = {name: _ModelRun() for name in models}
     tests: list[Examples] = []
     t0 = time.perf_counter()
-    for test_rows in folds(t, config_ids(t), protocol, seed):
+    for test_rows in folds(t, protocol, seed):
         fold = make_fold(th, test_rows, catalogue)
         tests.append(fold.test)
         keys = sorted(fold.test.full)
@@ -219,7 +223,9 @@ def score_model(run: _ModelRun, truth: _Truth) -> dict[str, Any]:
                 continue
             hits.append(top1(p[idx][None, :], true[None, :], price))
             regrets.append(regret(p[idx][None, :], true[None, :], price))
+    reports = {"fit_reports": run.reports} if run.reports else {}
     return {
+        **reports,
         **by_level[PRIMARY],
         "all": summary(pred, truth.y),
         "by_evidence": by_level,

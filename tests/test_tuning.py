@@ -1,0 +1,161 @@
+"""The one search routine of ``leap alternatives --tune``: the same budget for every family,
+choices by table rotation, the chosen settings in the result; and the inputs, targets and
+held-out parts by job that every alternative now has."""
+
+from __future__ import annotations
+
+import csv
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.hardware import load_catalogue
+from fleet.history import simulate, write_history
+from training.alternatives import tuning
+from training.alternatives.pairwise import PairwiseLightGBM
+from training.alternatives.plain import PlainLightGBM
+from training.alternatives.report import markdown
+from training.alternatives.sklearn_models import RidgeThroughput, held_out_jobs
+from training.dataset import Examples, build_examples, read_history
+from training.days import parse_day
+
+ROOT = Path(__file__).resolve().parent.parent
+GAVEL = ROOT / "data" / "measurements" / "gavel.csv"
+
+
+def _slice(dst: Path, workloads: set[str]) -> Path:
+    with GAVEL.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["workload"] in workloads]
+    with dst.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return dst
+
+
+@pytest.mark.parametrize("family", list(tuning.CLASSES))
+def test_every_family_gets_the_same_number_of_settings_defaults_first(family: str) -> None:
+    settings = tuning.settings_of(family, draws=20, seed=3)
+    assert len(settings) == 20
+    assert settings[0] == {}
+    assert len({tuple(sorted((k, repr(v)) for k, v in s.items())) for s in settings}) == 20
+    taken = inspect.signature(tuning.CLASSES[family]).parameters
+    assert all(set(s) <= set(taken) for s in settings)
+    assert settings == tuning.settings_of(family, draws=20, seed=3)  # seeded
+    tuning.make(family, settings[-1], seed=0)  # every drawn setting makes a model
+
+
+def test_rotation_chooses_each_table_on_the_others_only() -> None:
+    # draws x tables x protocols: draw 1 is best on table 0 only, draw 2 on tables 1 and 2
+    scores = np.zeros((3, 3, 2))
+    scores[1, 0] = 0.9
+    scores[2, 1:] = 0.5
+    # table 0 sees only draw 2's 0.5; tables 1 and 2 see draw 1's 0.45 against draw 2's 0.25
+    assert tuning.choose_by_rotation(scores) == [2, 1, 1]
+    rng = np.random.default_rng(0)
+    for table in range(3):  # a table's own scores never move its choice
+        moved = scores.copy()
+        moved[:, table] = rng.random((3, 2))
+        assert tuning.choose_by_rotation(moved)[table] == tuning.choose_by_rotation(scores)[table]
+    with pytest.raises(ValueError, match="two tables"):
+        tuning.choose_by_rotation(scores[:, :1])
+
+
+def test_tuned_tables_report_each_family_at_its_chosen_draw(tmp_path: Path) -> None:
+    paths = [_slice(tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"}),
+             _slice(tmp_path / "b.csv", {"A3C", "CycleGAN", "ResNet-50", "Recommendation"})]
+    names = ["transfer_paired", "ridge", "pairwise_lightgbm"]
+    tables, tun = tuning.tuned_tables(paths, names, draws=2, seed=0)
+    assert tun["tables"] == ["a", "b"] and tun["draws"] == 2
+    for stem in ("a", "b"):
+        for protocol, block in tables[stem]["protocols"].items():
+            assert set(block["models"]) == set(names)
+            for family in ("ridge", "pairwise_lightgbm"):
+                chosen = tun["rotation"][stem][family]
+                assert chosen["chosen_on"] == [s for s in ("a", "b") if s != stem]
+                assert block["models"][family]["settings"] == tun["settings"][family][chosen["draw"]]
+                k, p = ["a", "b"].index(stem), tun["protocols"].index(protocol)
+                assert block["models"][family]["acc@10"] == pytest.approx(tun["acc10"][family][chosen["draw"]][k][p],
+                                                                          abs=1e-4, nan_ok=True)
+    text = markdown({"models": names, "seed": 0, "simulator": None, "tables": tables, "tuning": tun})
+    assert "## Settings chosen (tables)" in text and "| a | ridge |" in text
+    with pytest.raises(ValueError, match="two tables"):
+        tuning.tuned_tables(paths[:1], names, draws=2)
+
+
+def test_the_served_models_draws_are_one_fit_where_a_table_is_too_small_to_move_its_knobs() -> None:
+    assert tuning._inert(["lightgbm", "ridge"], 500) == ["lightgbm"]
+    assert tuning._inert(["lightgbm", "ridge"], 5000) == []
+
+
+def test_searches_of_tables_run_apart_join() -> None:
+    a = {"draws": 2, "seed": 1, "settings": {"ridge": [{}]}, "results": {"a": {}}}
+    b = {**a, "results": {"b": {}}}
+    assert list(tuning.join_searches([a, b])["results"]) == ["a", "b"]
+    with pytest.raises(ValueError, match="more than one"):
+        tuning.join_searches([a, a])
+    with pytest.raises(ValueError, match="different"):
+        tuning.join_searches([a, {**b, "seed": 2}])
+
+
+def test_held_out_part_is_whole_jobs() -> None:
+    groups = np.repeat(np.array([f"job{i}" for i in range(60)]), 5)
+    held = held_out_jobs(len(groups), groups, seed=1)
+    for job in np.unique(groups):
+        assert len(set(held[groups == job].tolist())) == 1
+    assert 0 < held.sum() < len(groups)
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory: pytest.TempPathFactory) -> Examples:
+    out = tmp_path_factory.mktemp("tune-history")
+    write_history(simulate(seed=5, days=3, attempts_per_day=300, start=parse_day("2025-03-01")), out)
+    return build_examples(read_history(out), load_catalogue())
+
+
+@pytest.mark.parametrize("model", [
+    RidgeThroughput(target="log"), RidgeThroughput(target="residual"), PlainLightGBM(target="anchor"),
+    PlainLightGBM(target="log"), PairwiseLightGBM(reference="anchor", n_estimators=50),
+], ids=["ridge-log", "ridge-residual", "plain-anchor", "plain-log", "pairwise-anchor"])
+def test_every_target_fits_and_predicts(model: object, examples: Examples) -> None:
+    cut = int(len(examples) * 2 / 3)
+    order = np.arange(len(examples))
+    train, test = examples.select(order < cut), examples.select(order >= cut)
+    pred = model.fit(train.rows, train.y, train.job_key).predict(test.rows)  # type: ignore[attr-defined]
+    has = np.isfinite(pred)
+    assert has.any() and (pred[has] > 0).all()
+    ok = np.abs(pred[has] / test.y[has] - 1) <= 0.5
+    assert ok.mean() > 0.2  # learns something: a broken target scores near 0
+
+
+def test_a_bad_target_is_refused(examples: Examples) -> None:
+    with pytest.raises(ValueError, match="target"):
+        RidgeThroughput(target="raw").fit(examples.rows, examples.y, examples.job_key)
+    with pytest.raises(ValueError, match="reference"):
+        PairwiseLightGBM(reference="raw").fit(examples.rows, examples.y)
+
+
+def test_tune_on_history_chooses_each_familys_best_night_score(tmp_path: Path) -> None:
+    out = tmp_path / "h"
+    write_history(simulate(seed=31, days=3, attempts_per_day=300, start=parse_day("2025-03-01")), out)
+    choice = tuning.tune_on_history(out, ["ridge", "lightgbm_plain"], draws=3, days=1, pick_sample=20)
+    for family in ("ridge", "lightgbm_plain"):
+        scores = choice["acc10"][family]
+        chosen = choice["chosen"][family]
+        assert len(scores) == 3 and chosen["acc10"] == max(scores)
+        assert chosen["settings"] == tuning.settings_of(family, 3)[chosen["draw"]]
+        assert chosen["defaults_acc10"] == scores[0]
+    model = tuning.chosen_factories(choice)["ridge"](0)
+    assert isinstance(model, RidgeThroughput)
+
+
+def test_cli_tune_needs_two_tables(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from leap.cli import app
+
+    one = _slice(tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"})
+    res = CliRunner().invoke(app, ["alternatives", "--tables", str(one), "--tune", "2", "--models", "ridge"])
+    assert res.exit_code == 2 and "at least two tables" in " ".join(res.output.split())
