@@ -4,7 +4,7 @@ Sources (copied under ``data/measurements/``, provenance in the ``*.README.md`` 
 
 * Gavel (OSDI'20): single-GPU iterations/s on K80, P100, V100, fp32 (ResNet-18 CIFAR,
   ResNet-50, Transformer, autoencoder recommender, CycleGAN; A3C and the LSTM LM have no
-  counterpart). Gavel's V100 is compared with ``V100-16GB``.
+  counterpart). Gavel's "V100" is the 16 GB part: the catalogue's alias says so, with the reason.
 * Lambda GPU benchmarks: single-GPU samples/s, fp16 and fp32 (TF32 where the GPU has it), V100
   to B200, ten DeepLearningExamples workloads.
 * MLPerf Training v4.0-v5.1: 8-accelerator systems; per-accelerator speed taken as the inverse of
@@ -45,7 +45,6 @@ GAVEL = {
     "Recommendation": ("autoencoder-rec", 1),
     "CycleGAN": ("cyclegan", 256),
 }
-GAVEL_HW = {"K80": "K80", "P100": "P100", "V100": "V100-16GB"}
 LAMBDA = {
     "resnet50": ("resnet50", 224),
     "ssd": ("ssd300", 300),
@@ -57,15 +56,6 @@ LAMBDA = {
     "transformerxllarge": ("transformer-xl-large", 384),
     "tacotron2": ("tacotron2", 800),
     "waveglow": ("waveglow", 16000),
-}
-LAMBDA_HW = {
-    "V100 32GB": "V100-32GB",
-    "V100 16GB": "V100-16GB",
-    "A100 40GB SXM4": "A100-40GB",
-    "A100 80GB SXM4": "A100-80GB",
-    "H100 80GB SXM5": "H100-SXM",
-    "H100 80GB PCIe": "H100-PCIe",
-    "B200 192GB SXM5": "B200",
 }
 # MLPerf benchmark -> (model type, input size, tensor parallel at 8 accelerators)
 MLPERF = {
@@ -79,19 +69,6 @@ MLPERF = {
     "rgat": ("rgat-h512", 512, 1),
     "llama2_70b_lora": ("llama2-70b-lora", 4096, 8),
     "llama31_8b": ("llama31-8b", 8192, 1),
-}
-MLPERF_HW = {
-    "NVIDIA H100 SXM": "H100-SXM",
-    "NVIDIA H100 PCIe": "H100-PCIe",
-    "NVIDIA H200 SXM": "H200",
-    "NVIDIA B200": "B200",
-    "NVIDIA L40S": "L40S",
-    "AMD MI300X": "MI300X",
-    "AMD MI325X": "MI325X",
-    "Google TPU v5p": "TPU-v5p",
-    "Google TPU v6e (Trillium)": "TPU-v6e",
-    "Intel Gaudi 2": "Gaudi2",
-    "NVIDIA A100 SXM 80GB": "A100-80GB",
 }
 
 
@@ -121,13 +98,21 @@ def _read(name: str, data_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def _catalogue_name(source_name: str) -> str | None:
+    """The catalogue's name for a source's hardware spelling (its aliases: one map for every
+    source), or None for hardware the catalogue lacks (those measurements are not cases)."""
+    hw = load_catalogue().resolve(source_name)
+    return hw.name if hw is not None else None
+
+
 def gavel_cases(data_dir: Path = DATA_DIR) -> list[Case]:
     """Single-GPU Gavel measurements (simulation file, consolidated), fp32."""
     out = []
     for r in _read("gavel_throughputs.csv", data_dir):
         if r["num_gpus"] != "1" or r["placement"] != "consolidated" or "simulation" not in r["source_file"]:
             continue
-        if r["model"] not in GAVEL or float(r["throughput_iters_per_s"]) <= 0:
+        hw = _catalogue_name(r["gpu_type"])
+        if r["model"] not in GAVEL or hw is None or float(r["throughput_iters_per_s"]) <= 0:
             continue
         model, seq = GAVEL[r["model"]]
         batch = int(float(r["batch_size"] or 1))
@@ -141,7 +126,7 @@ def gavel_cases(data_dir: Path = DATA_DIR) -> list[Case]:
                 "fp32",
                 1,
                 1,
-                GAVEL_HW[r["gpu_type"]],
+                hw,
                 float(r["throughput_iters_per_s"]) * batch,
             )
         )
@@ -152,7 +137,7 @@ def lambda_cases(data_dir: Path = DATA_DIR) -> list[Case]:
     """Single-GPU Lambda measurements; fp32 rows run TF32 where the GPU has it."""
     out = []
     for r in _read("lambda_pytorch_throughputs.csv", data_dir):
-        hw = LAMBDA_HW.get(r["gpu_model"])
+        hw = _catalogue_name(r["gpu_model"])
         if r["num_gpus"] != "1" or hw is None or r["workload"] not in LAMBDA or not r["throughput"]:
             continue
         model, seq = LAMBDA[r["workload"]]
@@ -177,7 +162,7 @@ def mlperf_cases(data_dir: Path = DATA_DIR) -> list[Case]:
     """8-accelerator MLPerf systems: median inverse accelerator-hours per (round, benchmark, type)."""
     points: dict[tuple[str, str, str], list[tuple[float, int]]] = defaultdict(list)
     for r in _read("mlperf_training_submissions.csv", data_dir):
-        hw = MLPERF_HW.get(r["accelerator"])
+        hw = _catalogue_name(r["accelerator"])
         if r["num_accelerators"] != "8" or hw is None or r["benchmark"] not in MLPERF:
             continue
         if not r["accelerator_hours_olympic"]:

@@ -108,7 +108,7 @@ def test_candidates_are_the_configurations_hardware_by_canonical_name(tmp_path: 
         assert s["candidates"] == sorted({cat.canonical(t.hardware[i]) for i in rows.tolist()})
         assert s["candidates"] == sorted(set(s["candidates"]))
     first = next(s for s in _subs(th) if s["job_key"] == th.job_key[0])
-    assert first["candidates"] == ["H100-SXM", "Mystery GPU", "V100-32GB"]  # unknown kept as written
+    assert first["candidates"] == ["H100-SXM", "Mystery GPU", "V100-16GB"]  # unknown kept as written
     assert th.notes["hardware_not_in_catalogue"] == ["Mystery GPU"]
     assert th.notes["hardware_merged"] == {"H100-SXM": ["H100-SXM", "NVIDIA H100 SXM"]}
     # bert was measured twice on one canonical type: two attempts there, one candidate.
