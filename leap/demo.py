@@ -25,7 +25,15 @@ from services import stack
 from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import DeadLetter, EventError
-from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS, SUBMISSIONS, create_topics, end_offsets
+from streams.topics import (
+    DEAD_LETTER,
+    JOB_FINISHES,
+    JOB_STARTS,
+    SUBMISSIONS,
+    consumer_group,
+    create_topics,
+    end_offsets,
+)
 
 console = Console(stderr=True)
 
@@ -217,7 +225,7 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
                 summary = sim.run(duration, log_line)
             # Stop only once the feature worker has applied everything published, so the live
             # state equals a replay of the topics (`leap replay rebuild-features`).
-            lag = wait_caught_up(settings, "leap-features", (JOB_STARTS.name, JOB_FINISHES.name))
+            lag = wait_caught_up(settings, consumer_group("features"), (JOB_STARTS.name, JOB_FINISHES.name))
             if lag:
                 console.print(f"[yellow]feature worker still {lag} events behind when stopping[/]")
     finally:
