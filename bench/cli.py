@@ -194,5 +194,42 @@ def train_cmd(
     emit(bench_train(days, attempts_per_day, window_days, repeat, seed, history, trees))
 
 
+@app.command("dashboard-ingest")
+def dashboard_ingest_cmd(
+    rankings: Annotated[int, typer.Option(min=1, help="Synthetic rankings (each with its submission and finish).")]
+    = 100_000,
+    repeat: Repeat = 1,
+    seed: Seed = 0,
+) -> None:
+    """The dashboard aggregator alone, one thread: rankings/s ingested, summary build time, memory kept.
+    Needs neither Kafka nor Redis."""
+    import time
+
+    from bench.common import report
+    from bench.dashboard_ingest import measure
+
+    began = time.perf_counter()
+    runs = [measure(rankings, seed) for _ in range(repeat)]
+    emit(report("dashboard_ingest", {"rankings": rankings, "seed": seed}, runs, started=began))
+
+
+@app.command("dashboard-live")
+def dashboard_live_cmd(
+    rate: Annotated[float, typer.Option(min=1, help="Rankings published per second.")] = 1000.0,
+    seconds: Annotated[float, typer.Option(min=1, help="Seconds of publishing.")] = 10.0,
+) -> None:
+    """The dashboard served while RATE rankings/s flow through the broker (fresh topics, deleted at the
+    end): time until all are counted and /api/summary latency meanwhile. Needs Kafka."""
+    import time
+
+    from bench.common import report
+    from bench.dashboard_live import measure_live
+
+    began = time.perf_counter()
+    settings = services_needed(redis=False)
+    emit(report("dashboard_live", {"rate": rate, "seconds": seconds}, [measure_live(settings, rate, seconds)],
+                started=began))
+
+
 if __name__ == "__main__":
     app()

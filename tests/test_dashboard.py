@@ -21,13 +21,13 @@ import typer
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
+from bench.dashboard_ingest import measure
 from core.accuracy import summary as metric_summary
 from core.settings import Settings
 from dashboard.aggregator import Aggregator, AggregatorConfig
 from dashboard.app import create_app
 from dashboard.cli import dashboard_cmd, parse_since
 from dashboard.follower import Follower
-from dashboard.ingest_bench import measure
 from dashboard.rolling import OTHER, PerSecond
 from dashboard.server import BackgroundServer, free_port
 from dashboard.summary import build_summary
@@ -263,10 +263,12 @@ def test_per_second_series_and_rate() -> None:
     assert ps.rate(105.0, 2) == 3.0
 
 
-def test_ingest_rate_far_above_1000_per_second() -> None:
+def test_ingest_benchmark_joins_every_ranking_with_its_finish() -> None:
+    """``bench dashboard-ingest`` measures the real join: every synthetic ranking meets its finish
+    (its speed is a figure of docs/dashboard.md, not asserted here)."""
     result = measure(3000)
-    assert result["joined"] == 3000
-    assert result["mixed_rankings_per_s"] > 2000, result
+    assert result["rankings"] == result["joined"] == 3000
+    assert result["pending_after_rankings_only"] > 0  # rankings without finishes wait, as in serving
 
 
 def test_grafana_dashboard_uses_only_defined_metrics() -> None:

@@ -1,15 +1,11 @@
-"""Is the dashboard responsive while ``rate`` rankings/s flow through a real broker?
-
-Run ``python -m dashboard.live_bench [RATE] [SECONDS]`` with Kafka up; prints one JSON object.
-Publishes synthetic rankings (and their submissions and finishes) to fresh topics of its own,
+"""``bench dashboard-live``: is the dashboard responsive while ``rate`` rankings/s flow through a
+real broker? Publishes synthetic rankings (and their submissions and finishes) to fresh topics of its own,
 serves the app in this process and times ``/api/summary`` every 0.25 s meanwhile. The topics
 are deleted at the end.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import threading
 import time
 import urllib.request
@@ -20,11 +16,11 @@ import numpy as np
 import orjson
 from confluent_kafka.admin import AdminClient
 
+from bench.dashboard_ingest import synthetic_events
 from core.settings import Settings
 from dashboard.aggregator import Aggregator
 from dashboard.app import create_app
 from dashboard.follower import Follower
-from dashboard.ingest_bench import synthetic_events
 from dashboard.server import BackgroundServer
 from streams.client import SchedulerClient
 from streams.topics import Topic, create_topics
@@ -87,8 +83,3 @@ def measure_live(settings: Settings, rate: float = 1000.0, seconds: float = 10.0
         "summary_ms_max": float(ms.max()),
     }
 
-
-if __name__ == "__main__":
-    rate = float(sys.argv[1]) if len(sys.argv) > 1 else 1000.0
-    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
-    print(json.dumps(measure_live(Settings.from_env(), rate, seconds), indent=2))

@@ -1,15 +1,12 @@
-"""How many rankings per second the dashboard aggregator ingests, on synthetic payloads.
-
-Run ``python -m dashboard.ingest_bench [N]``; prints one JSON object. Payloads are built with
+"""``bench dashboard-ingest``: how many rankings per second the dashboard aggregator ingests, on
+synthetic payloads, in one thread. Payloads are built with
 the production ranking code (``predictor.ranking.rank_candidates`` and the hardware catalogue)
 so their size and shape match what the predictor publishes; building them is not timed.
 """
 
 from __future__ import annotations
 
-import json
 import resource
-import sys
 import time
 import tracemalloc
 from typing import Any
@@ -133,9 +130,4 @@ def measure(n: int = 100_000, seed: int = 0) -> dict[str, Any]:
         "summary_bytes": len(orjson.dumps(summary)),
         "joined": summary["accuracy"]["joined_total"],
         "process_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "python": sys.version.split()[0],
     }
-
-
-if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 100_000), indent=2))
