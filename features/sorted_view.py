@@ -2,9 +2,10 @@
 an observation to a window without parsing it.
 
 Declared here and only here (:mod:`features.layout` declares the window itself);
-:func:`features.store._lua` prepends :func:`lua_sorted_view` to every script after the layout's
-``lua_prelude``; ``features/lua/lookup.lua`` keeps the views; ``tests/test_store.py`` checks each
-view against its window.
+:func:`lua_sorted_view` generates the Lua helpers, checked in after the layout's ``lua_prelude``
+in ``features/lua/formats.lua`` (:mod:`features.lua_formats`), which every script runs with;
+``features/lua/lookup.lua`` keeps the views; ``tests/test_store.py`` checks each view against its
+window.
 """
 
 from __future__ import annotations

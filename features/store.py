@@ -41,7 +41,6 @@ from features.layout import (
     STARTS,
     counter_field,
     field_name,
-    lua_prelude,
     num,
     packable_id,
     parse_job_field,
@@ -63,7 +62,6 @@ from features.pairs import (
 )
 from features.redis_batch import Batch, Client, Item, LuaScript
 from features.snapshot import FeatureSnapshot, LookupStat, PairStat, PriorStat
-from features.sorted_view import lua_sorted_view
 from streams import metrics
 from streams.events import JobFinish, JobStart, Submission
 
@@ -72,15 +70,14 @@ log = logging.getLogger("leap.features")
 
 @cache
 def _lua(name: str) -> str:
-    """A script with the generated value formats and the shared window helpers prepended.
+    """A script with the stored formats' helpers and the shared window helpers prepended.
 
-    The scripts spell no stored format themselves: :func:`features.layout.lua_prelude` defines
-    the packers and parsers from the one declaration the Python readers use too, and
-    :func:`features.sorted_view.lua_sorted_view` those of the lookup windows' sorted views.
+    The scripts spell no stored format themselves: ``features/lua/formats.lua`` holds the packers
+    and parsers generated from the one declaration the Python readers use too
+    (:mod:`features.lua_formats`).
     """
     folder = resources.files("features") / "lua"
-    return "\n".join([lua_prelude(), lua_sorted_view(), (folder / "window.lua").read_text(),
-                      (folder / f"{name}.lua").read_text()])
+    return "\n".join((folder / f).read_text() for f in ("formats.lua", "window.lua", f"{name}.lua"))
 
 
 def _same(name: str) -> str:

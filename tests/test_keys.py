@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from core.hardware import load_catalogue
+from features import lua_formats
 from features.keys import KeyLayout
 from features.layout import (
     COMPUTED_NUMBER,
@@ -32,7 +33,6 @@ from features.layout import (
     WINDOW_ENTRY,
     WINDOW_SEP,
     counter_field,
-    lua_prelude,
     num,
     pack_window,
     packable_id,
@@ -117,11 +117,17 @@ def _code(source: str) -> str:
     return re.sub(r"--[^\n]*", "", source)
 
 
+def test_checked_in_formats_are_what_the_declarations_generate() -> None:
+    """``features/lua/formats.lua`` is read by the scripts; the declarations are what Python reads with."""
+    assert lua_formats.checked_in() == lua_formats.generated(), (
+        "features/lua/formats.lua differs from the declarations: run `python -m features.lua_formats`")
+
+
 def test_lua_sources_spell_no_stored_format() -> None:
-    """The hand-written scripts build and parse values only through the generated prelude."""
+    """The hand-written scripts build and parse values only through formats.lua's helpers."""
     forbidden = {JOB_FIELD.sep, LOOKUP_FIELD.sep, WINDOW_ENTRY.sep, WINDOW_SEP, COUNTER_PREFIX,
                  PAIR_OBSERVATION.sep, PAIR_VALUE.sep, OBSERVATION_SEP}
-    sources = sorted(LUA.glob("*.lua"))
+    sources = sorted(p for p in LUA.glob("*.lua") if p.name != lua_formats.FILE_NAME)
     assert {p.name for p in sources} == {"window.lua", "job_finish.lua", "job_start.lua", "lookup.lua", "pair.lua"}
     for path in sources:
         code = _code(path.read_text())
@@ -133,11 +139,11 @@ def test_lua_sources_spell_no_stored_format() -> None:
 
 
 @pytest.mark.integration
-def test_generated_prelude_agrees_with_the_declaration(rds: redis.Redis) -> None:
-    """Run the generated Lua helpers in the real Redis and compare with the Python side."""
+def test_formats_lua_agrees_with_the_declaration(rds: redis.Redis) -> None:
+    """Run the checked-in Lua helpers in the real Redis and compare with the Python side."""
 
     def lua(body: str, *args: str) -> Any:
-        return rds.eval(lua_prelude() + "\n" + body, 0, *args)
+        return rds.eval(lua_formats.checked_in() + "\n" + body, 0, *args)
 
     parts = ("7", num(T0 + 0.25), num(12.5), COMPUTED_NUMBER % (1 / 3))
     assert text(lua("return pack_job_field(ARGV[1], ARGV[2], ARGV[3], ARGV[4])", *parts)) == JOB_FIELD.pack(*parts)

@@ -1,7 +1,7 @@
 -- Apply job-finish events to their jobs' state, each atomically and at most once, and record the
 -- paired-ratio observations each yields (its throughput over the job's robust throughput on each
 -- other hardware type) in the job's outbox, so that a redelivered finish yields the same ones.
--- Everything is checked before anything is written: a refused event (see reject in the prelude
+-- Everything is checked before anything is written: a refused event (see reject in formats.lua
 -- and apply_all in window.lua) leaves no trace, so a retry judges it again instead of taking it
 -- for a duplicate, and the agent dead-letters it.
 -- KEYS: per job of the call: job hash, job window hash, job seen-set, job outbox hash

@@ -1,6 +1,6 @@
 -- Shared helpers: a bounded window of the newest observations of one (entity, hardware), and the
 -- loop that applies a batch of events in one script call.
--- Runs after the generated prelude (features/layout.py, lua_prelude), which packs and parses
+-- Runs after formats.lua (the stored formats' helpers), which packs and parses
 -- windows; entries keep the exact texts the writer sent (time, id, value), so that reading them
 -- back is lossless; numbers are parsed (t, v) only to order and to take the median.
 -- A window is ordered by (time, id), oldest first.
@@ -8,7 +8,7 @@
 -- an event older than every kept one is dropped on arrival, exactly as it would have been
 -- evicted had it arrived first.
 
--- A window here is check_window's parsed form (parse_window in the prelude): parallel arrays of
+-- A window here is check_window's parsed form (parse_window in formats.lua): parallel arrays of
 -- the entries' texts, parts and numbers, in window order.
 
 local WINDOW_ARRAYS = {'text', 'time', 'id', 'value', 't', 'v'}
@@ -92,12 +92,6 @@ local function sorted_index(values, v)
   return lo
 end
 
--- The batch form every script takes (features.redis_batch.grouped_script): ARGV holds `header`
--- arguments, then `width` arguments per event, the first of which is the index in KEYS of the
--- event's first key. apply(first_key_index, args...) handles one event and returns its reply
--- values; an event it refuses (reject, or any error) is left out and the others still run, each
--- in order. Returns every event's values in one flat list, or the first refusal as an error reply
--- once every event was tried: a refusal leaves no trace, so the writer's retry judges it again.
 -- The window of ``cache[k][sub]``, opened by ``open(k, sub)`` on first use and then listed in
 -- ``order`` (so that a call writes each window it changed once, in the order first seen).
 local function window_cached(cache, order, k, sub, open)
@@ -115,6 +109,12 @@ local function window_cached(cache, order, k, sub, open)
   return w
 end
 
+-- The batch form every script takes (features.redis_batch.Batch.scripts): ARGV holds `header`
+-- arguments, then `width` arguments per event, the first of which is the index in KEYS of the
+-- event's first key. apply(first_key_index, args...) handles one event and returns its reply
+-- values; an event it refuses (reject, or any error) is left out and the others still run, each
+-- in order. Returns every event's values in one flat list, or the first refusal as an error reply
+-- once every event was tried: a refusal leaves no trace, so the writer's retry judges it again.
 local function apply_all(header, width, apply)
   local out, refusal = {}, nil
   for i = header + 1, #ARGV, width do
