@@ -19,6 +19,15 @@ from features.rows import Rows
 BAND_QUANTILES = (0.1, 0.9)
 
 
+def residual_band(residual: np.ndarray) -> tuple[float, float]:
+    """The band's ends in log space: :data:`BAND_QUANTILES` of the finite residuals (log measured
+    minus log predicted); (0, 0) when there are none."""
+    finite = residual[np.isfinite(residual)]
+    if not finite.size:
+        return 0.0, 0.0
+    return float(np.quantile(finite, BAND_QUANTILES[0])), float(np.quantile(finite, BAND_QUANTILES[1]))
+
+
 class ThroughputModel(ABC):
     """Common interface of the baselines and the LightGBM model."""
 
@@ -34,13 +43,7 @@ class ThroughputModel(ABC):
     def fit(self, rows: Rows, y: np.ndarray) -> Self:
         """Learn from rows and their measured per-accelerator throughput ``y``."""
         self._fit(rows, np.asarray(y, dtype=np.float64))
-        residual = np.log(y) - self._predict_log(rows)
-        residual = residual[np.isfinite(residual)]
-        self.band_ = (
-            (float(np.quantile(residual, BAND_QUANTILES[0])), float(np.quantile(residual, BAND_QUANTILES[1])))
-            if residual.size
-            else (0.0, 0.0)
-        )
+        self.band_ = residual_band(np.log(y) - self._predict_log(rows))
         return self
 
     def _fit(self, rows: Rows, y: np.ndarray) -> None:  # noqa: B027 - optional hook

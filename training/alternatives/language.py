@@ -45,7 +45,7 @@ from core.accuracy import best_weight
 from features.rows import CATEGORICAL, GROUPS, UNKNOWN, Rows
 from predictor.calibration import job_folds
 from predictor.lgbm import evidence_level
-from predictor.models import BAND_QUANTILES, ThroughputModel
+from predictor.models import ThroughputModel, residual_band
 from training.alternatives.preprocess import Preprocessor
 
 if TYPE_CHECKING:
@@ -287,7 +287,7 @@ class _MiniLMRegressor(ThroughputModel):
                 if sel.sum() >= MIN_TRUST_ROWS:
                     self.trust_[k] = best_weight(anchor[sel], correction[sel], y[sel])
         residual = np.log(y) - self._predict_log(rows)
-        self.band_ = (float(np.quantile(residual, BAND_QUANTILES[0])), float(np.quantile(residual, BAND_QUANTILES[1])))
+        self.band_ = residual_band(residual)
 
     def _parts(self, rows: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Anchor (0 for the ``log`` target), the heads' output and the evidence level of each row."""

@@ -37,7 +37,7 @@ import lightgbm as lgb
 import numpy as np
 
 from features.rows import Rows
-from predictor.models import BAND_QUANTILES, ThroughputModel
+from predictor.models import ThroughputModel, residual_band
 from training.alternatives.preprocess import anchor
 from training.alternatives.sklearn_models import held_out_jobs
 
@@ -148,7 +148,7 @@ class PlainLightGBM(ThroughputModel):
         self.booster_ = lgb.train(params, data, num_boost_round=self.n_estimators)
         held = calibrate if calibrate.any() else fit
         residual = np.log(y[held]) - self._predict_log({c: v[held] for c, v in rows.items()})
-        self.band_ = (float(np.quantile(residual, BAND_QUANTILES[0])), float(np.quantile(residual, BAND_QUANTILES[1])))
+        self.band_ = residual_band(residual)
         return self
 
     def _predict_log(self, rows: Rows) -> np.ndarray:

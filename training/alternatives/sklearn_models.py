@@ -36,7 +36,7 @@ import numpy as np
 from core.accuracy import best_weight
 from features.rows import Rows
 from predictor.calibration import job_folds
-from predictor.models import BAND_QUANTILES, ThroughputModel
+from predictor.models import ThroughputModel, residual_band
 from training.alternatives.preprocess import Preprocessor
 
 #: Share of the training jobs held out for trust and band, as the served model holds out its own.
@@ -147,7 +147,7 @@ class SklearnThroughput(ThroughputModel):
         self.trust_ = self._calibrate_trust(_take(rows, held), y[held]) if trusted else {}
         held = held if len(held) else fit_idx
         residual = np.log(y[held]) - self._predict_log(_take(rows, held))
-        self.band_ = (float(np.quantile(residual, BAND_QUANTILES[0])), float(np.quantile(residual, BAND_QUANTILES[1])))
+        self.band_ = residual_band(residual)
         return self
 
     def _anchor_and_correction(self, rows: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
