@@ -14,10 +14,12 @@ import numpy as np
 
 from core.hardware import Catalogue
 from features.batch_rows import build_batch_rows
+from features.rows import Rows
 from features.store import FeatureStore
+from predictor.basis import candidate_bases
 from predictor.models import LookupTable, ThroughputModel
 from predictor.ranking import COLD_START, rank_candidates
-from streams.events import SCHEMA_VERSION, Ranking, Submission, ranking_id
+from streams.events import RANKING_SCHEMA_VERSION, Ranking, Submission, ranking_id
 
 #: Band used around a cold-start roofline estimate: it may be off by about 2x either way.
 COLD_START_BAND = (0.5, 2.0)
@@ -46,6 +48,17 @@ class ModelHolder:
         with self._lock:
             previous, self._active = self._active, active
         return previous
+
+
+def stand_ins(sub: Submission, rows: Rows, span: slice) -> dict[str, str]:
+    """Submission fields that were missing, each with what stood in for it (``{field: what}``).
+
+    Carried into every candidate's ``basis`` as ``stand_ins`` when not empty. ``rows[c][span]``
+    are the submission's rows. Nothing is derived for a missing field yet (``params``,
+    ``framework`` and the parallel layout stay unknown: NaN or ``unknown`` in the rows), so
+    nothing stands in and this is empty.
+    """
+    return {}
 
 
 def lookup_fallback() -> ActiveModel:
@@ -80,14 +93,15 @@ class RankingService:
         active = self.holder.active
         snaps = self.store.read(subs)
         rows = build_batch_rows(subs, snaps, self.catalogue)
-        pred = active.model.predict(rows)
+        pred, estimate = active.model.predict_explained(rows)
         lower, upper = active.model.predict_band(pred, rows)
         cold = np.isnan(pred) & np.isfinite(rows["log_roofline"])
         if cold.any():
-            estimate = np.exp(rows["log_roofline"][cold])
-            pred[cold] = estimate
-            lower[cold] = estimate * COLD_START_BAND[0]
-            upper[cold] = estimate * COLD_START_BAND[1]
+            roofline = np.exp(rows["log_roofline"][cold])
+            pred[cold] = roofline
+            lower[cold] = roofline * COLD_START_BAND[0]
+            upper[cold] = roofline * COLD_START_BAND[1]
+            estimate[cold] = "cold_start"
 
         out: list[Ranking] = []
         offset = 0
@@ -96,8 +110,10 @@ class RankingService:
             span = slice(offset, offset + n)
             offset += n
             reasons: list[str | None] = [COLD_START if c else None for c in cold[span]]
+            bases = candidate_bases(snap, rows, span, pred, estimate, stand_ins(sub, rows, span))
             priced = rank_candidates(
-                sub.candidates, sub.num_accelerators, pred[span], lower[span], upper[span], reasons, self.catalogue
+                sub.candidates, sub.num_accelerators, pred[span], lower[span], upper[span], reasons, self.catalogue,
+                bases,
             )
             fallbacks = sorted({r for r in (c["reason"] for c in priced.candidates) if r}
                                | ({snap.fallback} if snap.fallback else set()))
@@ -106,7 +122,7 @@ class RankingService:
             now = time.time()
             out.append(
                 Ranking(
-                    schema_version=SCHEMA_VERSION,
+                    schema_version=RANKING_SCHEMA_VERSION,
                     event_id=ranking_id(sub.event_id),
                     event_time=now,
                     job_key=sub.job_key,
