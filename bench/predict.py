@@ -15,6 +15,8 @@ ratios between them are measured side by side:
   own predict (the same predictions: ``compiled_max_abs_diff``), and ``*_compiled_speedup`` the ratios;
 - ``*_no_redis``: the same with snapshots read beforehand (decode, build rows, predict, price,
   encode);
+- ``ranking_bytes`` (outside the timed passes): the mean encoded ranking of ``lookup`` and
+  ``lightgbm``, with each candidate's basis and the same rankings without it, and ``basis_growth``;
 - ``lightgbm_unselected``: the served model without its selectors (:mod:`predictor.selector`),
   compiled, when it has any (a model fitted on 20,000 rows or more): ``selector_cost`` is
   ``lightgbm_unselected`` over ``lightgbm`` in submissions/s.
@@ -107,6 +109,20 @@ def _pass(service: RankingService, clock: Clock, raw_batches: Sequence[list[byte
     for stage in STAGES:
         out[f"{stage}_us_per_submission"] = spent[stage] / subs_n * 1e6
     return out
+
+
+def ranking_bytes(service: RankingService, raw_batches: Sequence[list[bytes]]) -> Figures:
+    """Encoded size of the rankings of one (untimed) pass, with each candidate's ``basis`` and, on
+    the same rankings, without it (schema version 1): what the basis costs on the wire."""
+    with_basis = without = n = 0
+    for raw in raw_batches:
+        for ranking in service.rank([Submission.decode(b) for b in raw]):
+            with_basis += len(ranking.encode())
+            bare = [{k: v for k, v in c.items() if k != "basis"} for c in ranking.candidates]
+            without += len(dataclasses.replace(ranking, schema_version=1, candidates=tuple(bare)).encode())
+            n += 1
+    return {"ranking_bytes": with_basis / n, "ranking_bytes_without_basis": without / n,
+            "basis_growth": with_basis / without - 1.0}
 
 
 def _median_call_us(call: Callable[[], object], calls: int) -> float:
@@ -313,6 +329,7 @@ def bench_predict(
         clock = Clock()
         services = _services(store, catalogue, clock, models, snapshots, no_redis)
         runs = timed_runs(services, clock, raw_batches, models, rows_all, repeat, profile_dir)
+        sizes = {name: ranking_bytes(services[name], raw_batches) for name in ("lookup", "lightgbm")}
     finally:
         store.delete_all()
         store.client.close()
@@ -321,4 +338,5 @@ def bench_predict(
               "key_prefix": prefix, "candidates": candidates or "as simulated",
               "mean_candidates": round(w.mean_candidates, 2), "known_job_share": round(known, 3),
               "variants": list(services), "model": model_info, "compiled_max_abs_diff": compiled_diff}
-    return report("predict", params, runs, extra={"design_9": dict(DESIGN_9)}, started=began)
+    return report("predict", params, runs, extra={"design_9": dict(DESIGN_9), "ranking_bytes": sizes},
+                  started=began)

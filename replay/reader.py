@@ -34,6 +34,9 @@ _CONSUMER: dict[str, str | int | float | bool] = {
     # Report, rather than silently jump over, offsets deleted by retention while we read.
     "auto.offset.reset": "error",
     "fetch.wait.max.ms": 50,
+    # librdkafka's default, said here because replays and `leap explain` rely on it: only what the
+    # workers' transactions committed is read, never a ranking of an aborted batch.
+    "isolation.level": "read_committed",
 }
 
 

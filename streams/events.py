@@ -195,7 +195,7 @@ BASIS_FIELDS: tuple[Field, ...] = (
     Field("ratio", "float", "Served per-accelerator throughput over the prior's; null without a prior or an "
           "estimate.", minimum=0, nullable=True),
     Field("stand_ins", "object", "Submission fields that were missing, each with what stood in for it; absent "
-          "when nothing was missing.", required=False),
+          "(or null) when nothing was missing.", required=False, nullable=True),
 )
 
 CANDIDATE_FIELDS: tuple[Field, ...] = (
@@ -207,8 +207,8 @@ CANDIDATE_FIELDS: tuple[Field, ...] = (
     Field("throughput_per_dollar", "float", "Predicted samples per USD.", nullable=True, minimum=0),
     count_field("rank", "1 = best throughput per dollar; null when unranked.", MAX_CANDIDATES, nullable=True),
     Field("reason", "str", "Why the candidate is unranked or used a fallback.", nullable=True),
-    Field("basis", "record", "What the prediction rests on (schema version 2; absent in version 1).",
-          items=BASIS_FIELDS, required=False),
+    Field("basis", "record", "What the prediction rests on: present from schema version 2 (absent or null in "
+          "version 1).", items=BASIS_FIELDS, required=False, nullable=True),
 )
 
 RANKING_FIELDS: tuple[Field, ...] = (
