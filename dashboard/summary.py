@@ -35,9 +35,8 @@ def _basis_brief(basis: Any) -> dict[str, Any] | None:
     (None for a schema-version-1 ranking, which has none)."""
     if not isinstance(basis, dict):
         return None
-    prior = basis.get("prior")
-    return {"evidence": basis.get("evidence"), "estimate": basis.get("estimate"),
-            "prior_hardware": prior.get("hardware") if isinstance(prior, dict) else None, "ratio": basis.get("ratio")}
+    return {"evidence": basis.get("evidence"), "estimate": basis.get("estimate"), "prior_hardware": basis.get("prior"),
+            "ratio": basis.get("ratio")}
 
 
 def _feed_item(received: float, r: dict[str, Any]) -> dict[str, Any]:

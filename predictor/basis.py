@@ -4,9 +4,13 @@ Per candidate: the evidence the job's own history holds (``ran_here``, ``ran_els
 ``none``), which estimate was served (a key of :data:`predictor.models.ESTIMATES`), the job's
 measurement it is compared with (the *prior*: on the candidate when the job ran there, else on
 the job's most-observed other hardware, the one the rows' transfer columns start from) and the
-ratio of the served per-accelerator throughput to the prior's. The prior is read from the same
-snapshot the rows were built from, so a ranking's basis can be checked against its
-``features_used``.
+ratio of the served per-accelerator throughput to the prior's.
+
+The prior is named by its hardware only: its per-accelerator throughput (the robust value) and
+the time of its newest measurement are the ranking's ``features_used["prior"][hardware]``, the
+snapshot the rows were built from, so they are written once per ranking rather than once per
+candidate (the basis may grow a ranking by at most 30 %, ``docs/benchmarks.md``). A candidate
+without a prior carries neither ``prior`` nor ``ratio``.
 """
 
 from __future__ import annotations
@@ -53,12 +57,11 @@ def candidate_bases(snap: FeatureSnapshot, rows: Rows, span: slice, per_acc: np.
         kind = evidence(same_n[i], other_n[i])
         name = hardware[i] if kind == "ran_here" else prior_hw[i] if kind == "ran_elsewhere" else None
         stat = snap.prior.get(name) if name is not None else None
-        prior = ratio = None
+        basis: dict[str, Any] = {"evidence": kind, "estimate": labels[i]}
         if stat is not None:
-            prior = {"hardware": name, "throughput": stat.robust, "measured_at": stat.last_time}
             value = float(served[i]) / stat.robust if stat.robust > 0 else math.nan
-            ratio = float(f"{value:.{RATIO_DIGITS}g}") if math.isfinite(value) else None
-        basis: dict[str, Any] = {"evidence": kind, "estimate": labels[i], "prior": prior, "ratio": ratio}
+            basis["prior"] = name
+            basis["ratio"] = float(f"{value:.{RATIO_DIGITS}g}") if math.isfinite(value) else None
         if stand_ins:
             basis["stand_ins"] = stand_ins
         out.append(basis)

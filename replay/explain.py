@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from features.snapshot import FeatureSnapshot, PriorStat
 from predictor.models import ESTIMATES
 from replay.decode import try_decode
 from replay.reader import Reader
@@ -53,8 +54,9 @@ def _num(x: float | None) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.3g}"
 
 
-def basis_words(basis: dict[str, Any] | None) -> str:
-    """A candidate's basis as one plain sentence."""
+def basis_words(basis: dict[str, Any] | None, priors: dict[str, PriorStat]) -> str:
+    """A candidate's basis as one plain sentence; ``priors`` are the job's measurements the
+    ranking read (its ``features_used``), where the prior's throughput and time are."""
     if not basis:
         return "no basis recorded (a ranking of schema version 1)."
     estimate = basis.get("estimate") or "none"
@@ -62,24 +64,25 @@ def basis_words(basis: dict[str, Any] | None) -> str:
              f"{EVIDENCE_WORDS.get(basis.get('evidence') or '', basis.get('evidence'))}"]
     prior, ratio = basis.get("prior"), basis.get("ratio")
     if prior:
-        of = f"{_num(prior['throughput'])} samples/s per accelerator on {prior['hardware']} " \
-             f"(measured {_utc(prior['measured_at'])})"
-        words.append(f"{ratio:.3g} x its {of}" if ratio is not None else f"no estimate against its {of}")
+        stat = priors.get(prior)
+        of = f"its {_num(stat.robust)} samples/s per accelerator on {prior} (measured {_utc(stat.last_time)})" \
+            if stat is not None else f"its measurement on {prior}"
+        words.append(f"{ratio:.3g} x {of}" if ratio is not None else f"no estimate against {of}")
     text = ": ".join(words) + "."
     for field, stood_in in (basis.get("stand_ins") or {}).items():
         text += f" Missing {field}: {stood_in} stood in."
     return text
 
 
-def _candidate_line(c: dict[str, Any]) -> str:
+def _candidate_line(c: dict[str, Any], priors: dict[str, PriorStat]) -> str:
     place = f"{c['rank']}." if c.get("rank") is not None else "-."
     if c.get("predicted_throughput") is None or c.get("rank") is None:
         head = f"{place} {c['hardware']}: unranked ({c.get('reason') or 'no estimate'})"
-        return head + (f"; {basis_words(c.get('basis'))}" if c.get("basis") else ".")
+        return head + (f"; {basis_words(c.get('basis'), priors)}" if c.get("basis") else ".")
     band = f"band {_num(c.get('lower'))}-{_num(c.get('upper'))}"
     return (f"{place} {c['hardware']}: {_num(c['predicted_throughput'])} samples/s ({band}), "
             f"${c['hourly_cost']:,.2f}/h, {_num(c['throughput_per_dollar'])} samples per $"
-            + (f" [{c['reason']}]" if c.get("reason") else "") + f". {basis_words(c.get('basis'))}")
+            + (f" [{c['reason']}]" if c.get("reason") else "") + f". {basis_words(c.get('basis'), priors)}")
 
 
 def story(ranking: Ranking) -> list[str]:
@@ -101,5 +104,9 @@ def story(ranking: Ranking) -> list[str]:
         basis = best.get("basis") or {}
         lines.append(why + (f"; its estimate: {ESTIMATES.get(basis['estimate'], basis['estimate'])}."
                             if basis.get("estimate") else "."))
-    lines += [_candidate_line(c) for c in [*ranked, *(c for c in r.candidates if c.get("rank") is None)]]
+    try:
+        priors = FeatureSnapshot.from_json(r.features_used).prior
+    except (KeyError, TypeError, ValueError, IndexError):  # a ranking whose features_used is not a snapshot
+        priors = {}
+    lines += [_candidate_line(c, priors) for c in [*ranked, *(c for c in r.candidates if c.get("rank") is None)]]
     return lines

@@ -177,23 +177,17 @@ FINISH_FIELDS: tuple[Field, ...] = (
           required=False, nullable=True),
 )
 
-PRIOR_FIELDS: tuple[Field, ...] = (
-    hardware_field("hardware", "Hardware type of the job's measurement the estimate starts from."),
-    Field("throughput", "float", "Its per-accelerator throughput (samples/s), the job's robust estimate there.",
-          minimum=0),
-    time_field("measured_at", "When the newest measurement behind it was taken."),
-)
-
 BASIS_FIELDS: tuple[Field, ...] = (
     Field("evidence", "str", "What the job's own history holds: it ran on this hardware, only elsewhere, or "
           "never.", choices=EVIDENCE),
     Field("estimate", "str", "Which estimate was served: a key of predictor.models.ESTIMATES (model, "
           "measured_here, prior_carried, paired_ratio, lookup, cold_start, ...).", max_len=32),
-    Field("prior", "record", "The job's measurement the estimate is compared with (on this hardware when it ran "
-          "here, else its most-observed other hardware); null when it never ran.", items=PRIOR_FIELDS,
-          nullable=True),
-    Field("ratio", "float", "Served per-accelerator throughput over the prior's; null without a prior or an "
-          "estimate.", minimum=0, nullable=True),
+    hardware_field("prior", "Hardware of the job's measurement the estimate is compared with: this hardware when "
+                   "the job ran here, else its most-observed other hardware. Its per-accelerator throughput and "
+                   "time are features_used.prior[<prior>] (robust, last_time). Absent when the job never ran.",
+                   required=False, nullable=True),
+    Field("ratio", "float", "Served per-accelerator throughput over the prior's, four significant digits; absent "
+          "without a prior, null without an estimate.", minimum=0, required=False, nullable=True),
     Field("stand_ins", "object", "Submission fields that were missing, each with what stood in for it; absent "
           "(or null) when nothing was missing.", required=False, nullable=True),
 )

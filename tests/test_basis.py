@@ -44,12 +44,10 @@ def test_the_basis_names_the_evidence_the_prior_and_the_ratio_to_it() -> None:
     per_acc = np.array([99.0, 75.0, NAN])
     estimate = np.array(["measured_here", "model", "none"], dtype=object)
     here, elsewhere, unknown = candidate_bases(snap, rows, slice(0, 3), per_acc, estimate, {})
-    assert here == {"evidence": "ran_here", "estimate": "measured_here", "ratio": 1.1,
-                    "prior": {"hardware": "H100-SXM", "throughput": 90.0, "measured_at": T0 - 60}}
-    # elsewhere: the job's most-observed other hardware (A100, three runs) is the prior
-    assert elsewhere["evidence"] == "ran_elsewhere" and elsewhere["prior"]["hardware"] == "A100-80GB"
-    assert elsewhere["ratio"] == 1.5 and "stand_ins" not in elsewhere
-    assert unknown["estimate"] == "none" and unknown["ratio"] is None
+    assert here == {"evidence": "ran_here", "estimate": "measured_here", "prior": "H100-SXM", "ratio": 1.1}
+    # elsewhere: the job's most-observed other hardware (A100, three runs, robust 50/s) is the prior
+    assert elsewhere == {"evidence": "ran_elsewhere", "estimate": "model", "prior": "A100-80GB", "ratio": 1.5}
+    assert unknown == {"evidence": "ran_elsewhere", "estimate": "none", "prior": "A100-80GB", "ratio": None}
 
 
 def test_a_job_without_history_has_no_prior_and_stand_ins_are_carried_when_given() -> None:
@@ -57,9 +55,8 @@ def test_a_job_without_history_has_no_prior_and_stand_ins_are_carried_when_given
     rows = build_rows(sub, FeatureSnapshot(), sub.candidates, CAT)
     (basis,) = candidate_bases(FeatureSnapshot(), rows, slice(0, 1), np.array([12.0]),
                                np.array(["lookup"], dtype=object), {"params": "the model type's last params"})
-    assert basis == {"evidence": "none", "estimate": "lookup", "prior": None, "ratio": None,
-                     "stand_ins": {"params": "the model type's last params"}}
-    assert "Missing params: the model type's last params stood in." in basis_words(basis)
+    assert basis == {"evidence": "none", "estimate": "lookup", "stand_ins": {"params": "the model type's last params"}}
+    assert "Missing params: the model type's last params stood in." in basis_words(basis, {})
 
 
 def test_the_ratio_keeps_four_significant_digits() -> None:
@@ -74,23 +71,23 @@ def test_the_story_says_what_won_and_why_then_every_candidate() -> None:
     candidates: list[dict[str, Any]] = [
         {"hardware": "A100-80GB", "predicted_throughput": 400.0, "lower": 300.0, "upper": 520.0, "hourly_cost": 32.0,
          "throughput_per_dollar": 45000.0, "rank": 1, "reason": None,
-         "basis": {"evidence": "ran_here", "estimate": "measured_here", "ratio": 1.0,
-                   "prior": {"hardware": "A100-80GB", "throughput": 50.0, "measured_at": T0}}},
+         "basis": {"evidence": "ran_here", "estimate": "measured_here", "prior": "A100-80GB", "ratio": 1.0}},
         {"hardware": "H100-SXM", "predicted_throughput": 720.0, "lower": 500.0, "upper": 900.0, "hourly_cost": 80.0,
          "throughput_per_dollar": 32400.0, "rank": 2, "reason": None,
-         "basis": {"evidence": "ran_elsewhere", "estimate": "paired_ratio", "ratio": 1.8,
-                   "prior": {"hardware": "A100-80GB", "throughput": 50.0, "measured_at": T0}}},
+         "basis": {"evidence": "ran_elsewhere", "estimate": "paired_ratio", "prior": "A100-80GB", "ratio": 1.8}},
         {"hardware": "Quantum-9000", "predicted_throughput": None, "lower": None, "upper": None, "hourly_cost": None,
          "throughput_per_dollar": None, "rank": None, "reason": "unknown_hardware",
-         "basis": {"evidence": "none", "estimate": "none", "prior": None, "ratio": None}},
+         "basis": {"evidence": "none", "estimate": "none"}},
     ]
-    ranking = Ranking(2, "rank:s", T0 + 5, "job", "att", "s", T0, "lightgbm-7", tuple(candidates), "A100-80GB", {},
-                      None, 3.2)
+    features = FeatureSnapshot(prior={"A100-80GB": PriorStat(2, T0, 52.0, 50.0)}).to_json()
+    ranking = Ranking(2, "rank:s", T0 + 5, "job", "att", "s", T0, "lightgbm-7", tuple(candidates), "A100-80GB",
+                      features, None, 3.2)
     lines = story(ranking)
     assert lines[1] == ("A100-80GB won on samples per dollar: 45,000, 39% ahead of H100-SXM (32,400); its estimate: "
                         f"{ESTIMATES['measured_here']}.")
     assert lines[2].startswith("1. A100-80GB: 400 samples/s (band 300-520), $32.00/h, 45,000 samples per $.")
-    assert "1.8 x its 50 samples/s per accelerator on A100-80GB" in lines[3] and "[paired_ratio]" in lines[3]
+    assert "1.8 x its 50 samples/s per accelerator on A100-80GB (measured 2026-09-21 " in lines[3]
+    assert "[paired_ratio]" in lines[3]
     assert lines[4].startswith("-. Quantum-9000: unranked (unknown_hardware)")
     assert len(lines) == 5
 
@@ -105,7 +102,7 @@ def _canonical(name: str) -> str:
 
 def assert_basis_matches_features(ranking: Ranking, num_accelerators: int) -> None:
     """Every candidate's basis agrees with the ranking's ``features_used``: evidence from the job's
-    priors, the prior's throughput and time as read, the ratio of the served value to it."""
+    priors, the prior among them, the ratio of the served value to its robust throughput."""
     prior, lookups = ranking.features_used["prior"], ranking.features_used["lookup_model"]
     for c in ranking.candidates:
         basis, hw = c["basis"], _canonical(c["hardware"])
@@ -114,10 +111,10 @@ def assert_basis_matches_features(ranking: Ranking, num_accelerators: int) -> No
         if expected == "none":
             assert basis["prior"] is None and basis["ratio"] is None
             continue
-        n, last_time, _, robust = prior[basis["prior"]["hardware"]]
-        assert basis["prior"] == {"hardware": hw if expected == "ran_here" else basis["prior"]["hardware"],
-                                  "throughput": robust, "measured_at": last_time}
-        if expected == "ran_elsewhere":  # the most-observed of the job's other hardware
+        n, _, _, robust = prior[basis["prior"]]
+        if expected == "ran_here":
+            assert basis["prior"] == hw
+        else:  # the most-observed of the job's other hardware
             assert n == max(v[0] for h, v in prior.items() if h != hw)
         served = c["predicted_throughput"] / num_accelerators
         assert basis["ratio"] == pytest.approx(served / robust, rel=1e-3)
@@ -161,7 +158,7 @@ def test_a_ranking_read_from_the_topic_explains_itself_by_the_features_the_worke
     assert_basis_matches_features(ranking, 8)
     by_hw = {c["hardware"]: c["basis"] for c in ranking.candidates}
     assert by_hw["A100-80GB"]["evidence"] == by_hw["H100-SXM"]["evidence"] == "ran_here"
-    assert by_hw["MI300X"]["evidence"] == "ran_elsewhere" and by_hw["MI300X"]["prior"]["hardware"] == "A100-80GB"
+    assert by_hw["MI300X"]["evidence"] == "ran_elsewhere" and by_hw["MI300X"]["prior"] == "A100-80GB"
 
     from leap.cli import app
 
