@@ -16,6 +16,8 @@ from features.rows import build_rows
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from predictor.basis import candidate_bases
 from predictor.models import ESTIMATES
+from predictor.ranking import COLD_START
+from predictor.service import lookup_fallback
 from replay.explain import basis_words, find_ranking, story
 from replay.reader import Reader, TopicRange
 from replay.timespec import Bound
@@ -118,8 +120,12 @@ def assert_basis_matches_features(ranking: Ranking, num_accelerators: int) -> No
             assert n == max(v[0] for h, v in prior.items() if h != hw)
         served = c["predicted_throughput"] / num_accelerators
         assert basis["ratio"] == pytest.approx(served / robust, rel=1e-3)
-        # the lookup fallback serves the model type's median where there is one, else the roofline
-        assert basis["estimate"] == ("lookup" if hw in lookups else "cold_start"), c
+        assert basis["estimate"] in ESTIMATES and (basis["estimate"] == "cold_start") == (c["reason"] == COLD_START)
+        if basis["estimate"] in ("measured_here", "prior_unchanged"):  # the prior itself is served
+            assert basis["ratio"] == 1.0
+        if ranking.model_version == lookup_fallback().version:  # the shared topic may announce another model
+            # the lookup table serves the model type's median where there is one, else the roofline stands in
+            assert basis["estimate"] == ("lookup" if hw in lookups else "cold_start"), c
 
 
 def _ranking_with_history(client: SchedulerClient, job: str, model_type: str) -> tuple[str, Ranking]:
