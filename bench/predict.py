@@ -16,7 +16,9 @@ ratios between them are measured side by side:
 - ``*_no_redis``: the same with snapshots read beforehand (decode, build rows, predict, price,
   encode);
 - ``ranking_bytes`` (outside the timed passes): the mean encoded ranking of ``lookup`` and
-  ``lightgbm``, with each candidate's basis and the same rankings without it, and ``basis_growth``;
+  ``lightgbm``, with each candidate's basis and the same rankings without it, ``basis_growth``, and
+  the median time to encode one of each; ``*_explained_24_rows_us_per_call`` the model's
+  ``predict_explained`` (what the service calls) beside ``predict`` on the same 24 rows;
 - ``lightgbm_unselected``: the served model without its selectors (:mod:`predictor.selector`),
   compiled, when it has any (a model fitted on 20,000 rows or more): ``selector_cost`` is
   ``lightgbm_unselected`` over ``lightgbm`` in submissions/s.
@@ -115,14 +117,20 @@ def ranking_bytes(service: RankingService, raw_batches: Sequence[list[bytes]]) -
     """Encoded size of the rankings of one (untimed) pass, with each candidate's ``basis`` and, on
     the same rankings, without it (schema version 1): what the basis costs on the wire."""
     with_basis = without = n = 0
+    encode_us: dict[str, list[float]] = {"with": [], "without": []}
     for raw in raw_batches:
         for ranking in service.rank([Submission.decode(b) for b in raw]):
-            with_basis += len(ranking.encode())
             bare = [{k: v for k, v in c.items() if k != "basis"} for c in ranking.candidates]
-            without += len(dataclasses.replace(ranking, schema_version=1, candidates=tuple(bare)).encode())
+            old = dataclasses.replace(ranking, schema_version=1, candidates=tuple(bare))
+            for key, event in (("with", ranking), ("without", old)):  # alternated: side by side
+                t0 = time.perf_counter()
+                size = len(event.encode())
+                encode_us[key].append((time.perf_counter() - t0) * 1e6)
+                with_basis, without = (with_basis + size, without) if key == "with" else (with_basis, without + size)
             n += 1
     return {"ranking_bytes": with_basis / n, "ranking_bytes_without_basis": without / n,
-            "basis_growth": with_basis / without - 1.0}
+            "basis_growth": with_basis / without - 1.0, "encode_us": float(np.median(encode_us["with"])),
+            "encode_us_without_basis": float(np.median(encode_us["without"]))}
 
 
 def _median_call_us(call: Callable[[], object], calls: int) -> float:
@@ -144,7 +152,11 @@ def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls
     bulk = time.perf_counter() - t0
     small = {c: v[:DESIGN_CANDIDATES] for c, v in rows_all.items()}
     figures = {"predict_bulk_us_per_row": bulk / n * 1e6,
-               "predict_24_rows_us_per_call": _median_call_us(lambda: model.predict(small), calls)}
+               "predict_24_rows_us_per_call": _median_call_us(lambda: model.predict(small), calls),
+               # what the service calls: the same pass, saying which estimate each row serves
+               "explained_24_rows_us_per_call": _median_call_us(lambda: model.predict_explained(small), calls)}
+    figures["explained_over_predict"] = (figures["explained_24_rows_us_per_call"]
+                                         / figures["predict_24_rows_us_per_call"])
     roofline = getattr(model, "roofline_", None)
     if roofline is not None:
         # The learned roofline runs twice per predict (candidate and prior hardware rows).
