@@ -148,10 +148,18 @@ def estimates_of(names: tuple[str, ...], source: np.ndarray) -> np.ndarray:
     return labels[source]  # -1 picks the last: "none"
 
 
+#: Transfer columns that hold the job's own measurement on the candidate when it ran there
+#: (:func:`features.rows.row_dicts`: its speed here beats any transfer).
+HOLD_MEASURED_HERE = ("transfer_log", "transfer_paired_log")
+
+
 def chain_estimates(rows: Rows, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """:func:`first_finite` of the columns ``names`` and, per row, the estimate that answered."""
     log, source = first_finite_source(*(rows[c] for c in names))
-    return log, estimates_of(names, source)
+    labels = estimates_of(names, source)
+    here = np.asarray(rows.get("prior_same_n", np.zeros(len(log)))) > 0
+    holds = np.array([c in HOLD_MEASURED_HERE for c in names] + [False])[source]
+    return log, np.where(here & holds, "measured_here", labels).astype(object)
 
 
 class FirstFinite(ThroughputModel):

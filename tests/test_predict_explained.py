@@ -34,12 +34,14 @@ def test_first_finite_source_names_the_column_that_answered() -> None:
 
 
 def baseline_rows() -> Rows:
-    """Four rows: a paired transfer, a plain transfer only, a model-type median only, a family median only."""
+    """A paired transfer, a plain transfer only, a model-type median only, a family median only,
+    nothing; the last row ran here (the row builder puts its measurement in the transfer columns)."""
     return {
-        "transfer_paired_log": np.array([1.0, NAN, NAN, NAN, NAN]),
-        "transfer_log": np.array([2.0, 2.5, NAN, NAN, NAN]),
-        "lookup_model_log": np.array([3.0, 3.0, 3.5, NAN, NAN]),
-        "lookup_family_log": np.array([4.0, 4.0, 4.0, 4.5, NAN]),
+        "transfer_paired_log": np.array([1.0, NAN, NAN, NAN, NAN, 0.5]),
+        "transfer_log": np.array([2.0, 2.5, NAN, NAN, NAN, 0.5]),
+        "lookup_model_log": np.array([3.0, 3.0, 3.5, NAN, NAN, 3.0]),
+        "lookup_family_log": np.array([4.0, 4.0, 4.0, 4.5, NAN, 4.0]),
+        "prior_same_n": np.array([0.0, 0.0, 0.0, 0.0, 0.0, 2.0]),
     }
 
 
@@ -49,9 +51,9 @@ def test_a_baseline_labels_each_row_with_the_column_that_answered(kind: str) -> 
     pred, estimate = model.predict_explained(rows)
     np.testing.assert_array_equal(pred, model.predict(rows))
     assert set(estimate) <= set(ESTIMATES)
-    expected = {"transfer_paired": ["paired_ratio", "prior_carried", "lookup", "lookup", "none"],
-                "transfer": ["prior_carried", "prior_carried", "lookup", "lookup", "none"],
-                "lookup": ["lookup", "lookup", "lookup", "lookup", "none"]}[kind]
+    expected = {"transfer_paired": ["paired_ratio", "prior_carried", "lookup", "lookup", "none", "measured_here"],
+                "transfer": ["prior_carried", "prior_carried", "lookup", "lookup", "none", "measured_here"],
+                "lookup": ["lookup", "lookup", "lookup", "lookup", "none", "lookup"]}[kind]
     assert list(estimate) == expected
 
 
