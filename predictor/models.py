@@ -24,8 +24,8 @@ ESTIMATES: dict[str, str] = {
     "model": "the model's own prediction (its correction applied to its anchor)",
     "measured_here": "the job's own median throughput on this hardware",
     "newest_here": "the job's newest measurement on this hardware",
-    "prior_carried": "the job's prior elsewhere carried across by a ratio (lookup medians', the base model's, "
-                     "or their blend with the paired ratio)",
+    "prior_carried": "the job's prior elsewhere carried across by a ratio (of lookup medians, of the base "
+                     "model, or blended with the paired ratio)",
     "paired_ratio": "the job's priors carried across by the ratio other jobs showed between the two parts",
     "prior_unchanged": "the job's prior elsewhere, as it was measured",
     "base_model": "the base model's estimate for the configuration on this hardware (no history of the job)",

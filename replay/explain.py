@@ -60,8 +60,8 @@ def basis_words(basis: dict[str, Any] | None, priors: dict[str, PriorStat]) -> s
     if not basis:
         return "no basis recorded (a ranking of schema version 1)."
     estimate = basis.get("estimate") or "none"
-    words = [f"{ESTIMATES.get(estimate, estimate)} [{estimate}]; "
-             f"{EVIDENCE_WORDS.get(basis.get('evidence') or '', basis.get('evidence'))}"]
+    words = [f"Estimate {estimate}: {ESTIMATES.get(estimate, 'not in this version of the vocabulary')}. "
+             f"{str(EVIDENCE_WORDS.get(basis.get('evidence') or '', basis.get('evidence'))).capitalize()}"]
     prior, ratio = basis.get("prior"), basis.get("ratio")
     if prior:
         stat = priors.get(prior)
@@ -102,8 +102,7 @@ def story(ranking: Ranking) -> list[str]:
             ahead = best["throughput_per_dollar"] / second["throughput_per_dollar"] - 1.0
             why += f", {ahead:.0%} ahead of {second['hardware']} ({_num(second['throughput_per_dollar'])})"
         basis = best.get("basis") or {}
-        lines.append(why + (f"; its estimate: {ESTIMATES.get(basis['estimate'], basis['estimate'])}."
-                            if basis.get("estimate") else "."))
+        lines.append(why + (f"; its estimate: {basis['estimate']}." if basis.get("estimate") else "."))
     try:
         priors = FeatureSnapshot.from_json(r.features_used).prior
     except (KeyError, TypeError, ValueError, IndexError):  # a ranking whose features_used is not a snapshot
