@@ -350,5 +350,4 @@ def bench_predict(
               "key_prefix": prefix, "candidates": candidates or "as simulated",
               "mean_candidates": round(w.mean_candidates, 2), "known_job_share": round(known, 3),
               "variants": list(services), "model": model_info, "compiled_max_abs_diff": compiled_diff}
-    return report("predict", params, runs, extra={"design_9": dict(DESIGN_9), "ranking_bytes": sizes},
-                  started=began)
+    return report("predict", params, runs, extra={"design_9": dict(DESIGN_9), "ranking_bytes": sizes}, started=began)
