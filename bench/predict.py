@@ -143,6 +143,17 @@ def _median_call_us(call: Callable[[], object], calls: int) -> float:
     return float(np.median(times)) * 1e6
 
 
+def _median_pair_us(first: Callable[[], object], second: Callable[[], object], calls: int) -> tuple[float, float]:
+    """Median wall time of each of two calls made alternately ``calls`` times, in µs."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(calls):
+        for call, out in ((first, times[0]), (second, times[1])):
+            t0 = time.perf_counter()
+            call()
+            out.append(time.perf_counter() - t0)
+    return float(np.median(times[0])) * 1e6, float(np.median(times[1])) * 1e6
+
+
 def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls: int = 200) -> Figures:
     """Model cost alone: µs per row in one bulk call, and µs per call of 24 rows (DESIGN §9's unit);
     for a LightGBM model also its learned roofline's share of such a call."""
@@ -151,12 +162,11 @@ def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls
     model.predict(rows_all)
     bulk = time.perf_counter() - t0
     small = {c: v[:DESIGN_CANDIDATES] for c, v in rows_all.items()}
-    figures = {"predict_bulk_us_per_row": bulk / n * 1e6,
-               "predict_24_rows_us_per_call": _median_call_us(lambda: model.predict(small), calls),
-               # what the service calls: the same pass, saying which estimate each row serves
-               "explained_24_rows_us_per_call": _median_call_us(lambda: model.predict_explained(small), calls)}
-    figures["explained_over_predict"] = (figures["explained_24_rows_us_per_call"]
-                                         / figures["predict_24_rows_us_per_call"])
+    # predict and what the service calls (the same pass, saying which estimate each row serves),
+    # alternated call by call so that a change in the machine's load falls on both alike
+    plain, explained = _median_pair_us(lambda: model.predict(small), lambda: model.predict_explained(small), calls)
+    figures = {"predict_bulk_us_per_row": bulk / n * 1e6, "predict_24_rows_us_per_call": plain,
+               "explained_24_rows_us_per_call": explained, "explained_over_predict": explained / plain}
     roofline = getattr(model, "roofline_", None)
     if roofline is not None:
         # The learned roofline runs twice per predict (candidate and prior hardware rows).
