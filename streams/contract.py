@@ -164,7 +164,8 @@ def _check_record(where: str, spec: Field, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise EventError("bad_field", f"{where}: expected an object, got {type_name(value)}")
     assert spec.items is not None  # Field.__post_init__: a record always has items
-    return validate_fields(where, spec.items, value)
+    # an optional field the object leaves out stays out, so a record decodes to what was encoded
+    return {k: v for k, v in validate_fields(where, spec.items, value).items() if k in value}
 
 
 #: The checker of each field kind: ``(where, spec, value) -> normalised value``.
