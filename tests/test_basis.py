@@ -111,7 +111,7 @@ def assert_basis_matches_features(ranking: Ranking, num_accelerators: int) -> No
         expected = "ran_here" if hw in prior else "ran_elsewhere" if prior else "none"
         assert basis["evidence"] == expected, c
         if expected == "none":
-            assert basis["prior"] is None and basis["ratio"] is None
+            assert "prior" not in basis and "ratio" not in basis
             continue
         n, _, _, robust = prior[basis["prior"]]
         if expected == "ran_here":
