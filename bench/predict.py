@@ -15,6 +15,10 @@ ratios between them are measured side by side:
   own predict (the same predictions: ``compiled_max_abs_diff``), and ``*_compiled_speedup`` the ratios;
 - ``*_no_redis``: the same with snapshots read beforehand (decode, build rows, predict, price,
   encode);
+- ``ranking_bytes`` (outside the timed passes): the mean encoded ranking of ``lookup`` and
+  ``lightgbm``, with each candidate's basis and the same rankings without it, ``basis_growth``, and
+  the median time to encode one of each; ``*_explained_24_rows_us_per_call`` the model's
+  ``predict_explained`` (what the service calls) beside ``predict`` on the same 24 rows;
 - ``lightgbm_unselected``: the served model without its selectors (:mod:`predictor.selector`),
   compiled, when it has any (a model fitted on 20,000 rows or more): ``selector_cost`` is
   ``lightgbm_unselected`` over ``lightgbm`` in submissions/s.
@@ -110,6 +114,26 @@ def _pass(service: RankingService, clock: Clock, raw_batches: Sequence[list[byte
     return out
 
 
+def ranking_bytes(service: RankingService, raw_batches: Sequence[list[bytes]]) -> Figures:
+    """Encoded size of the rankings of one (untimed) pass, with each candidate's ``basis`` and, on
+    the same rankings, without it (schema version 1): what the basis costs on the wire."""
+    with_basis = without = n = 0
+    encode_us: dict[str, list[float]] = {"with": [], "without": []}
+    for raw in raw_batches:
+        for ranking in service.rank([Submission.decode(b) for b in raw]):
+            bare = [{k: v for k, v in c.items() if k != "basis"} for c in ranking.candidates]
+            old = dataclasses.replace(ranking, schema_version=1, candidates=tuple(bare))
+            for key, event in (("with", ranking), ("without", old)):  # alternated: side by side
+                t0 = time.perf_counter()
+                size = len(event.encode())
+                encode_us[key].append((time.perf_counter() - t0) * 1e6)
+                with_basis, without = (with_basis + size, without) if key == "with" else (with_basis, without + size)
+            n += 1
+    return {"ranking_bytes": with_basis / n, "ranking_bytes_without_basis": without / n,
+            "basis_growth": with_basis / without - 1.0, "encode_us": float(np.median(encode_us["with"])),
+            "encode_us_without_basis": float(np.median(encode_us["without"]))}
+
+
 def _median_call_us(call: Callable[[], object], calls: int) -> float:
     """Median wall time of ``calls`` calls, in µs."""
     times = []
@@ -120,6 +144,17 @@ def _median_call_us(call: Callable[[], object], calls: int) -> float:
     return float(np.median(times)) * 1e6
 
 
+def _median_pair_us(first: Callable[[], object], second: Callable[[], object], calls: int) -> tuple[float, float]:
+    """Median wall time of each of two calls made alternately ``calls`` times, in µs."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(calls):
+        for call, out in ((first, times[0]), (second, times[1])):
+            t0 = time.perf_counter()
+            call()
+            out.append(time.perf_counter() - t0)
+    return float(np.median(times[0])) * 1e6, float(np.median(times[1])) * 1e6
+
+
 def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls: int = 200) -> Figures:
     """Model cost alone: µs per row in one bulk call, and µs per call of 24 rows (DESIGN §9's unit);
     for a LightGBM model also its learned roofline's share of such a call."""
@@ -128,8 +163,11 @@ def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls
     model.predict(rows_all)
     bulk = time.perf_counter() - t0
     small = {c: v[:DESIGN_CANDIDATES] for c, v in rows_all.items()}
-    figures = {"predict_bulk_us_per_row": bulk / n * 1e6,
-               "predict_24_rows_us_per_call": _median_call_us(lambda: model.predict(small), calls)}
+    # predict and what the service calls (the same pass, saying which estimate each row serves),
+    # alternated call by call so that a change in the machine's load falls on both alike
+    plain, explained = _median_pair_us(lambda: model.predict(small), lambda: model.predict_explained(small), calls)
+    figures = {"predict_bulk_us_per_row": bulk / n * 1e6, "predict_24_rows_us_per_call": plain,
+               "explained_24_rows_us_per_call": explained, "explained_over_predict": explained / plain}
     roofline = getattr(model, "roofline_", None)
     if roofline is not None:
         # The learned roofline runs twice per predict (candidate and prior hardware rows).
@@ -314,6 +352,7 @@ def bench_predict(
         clock = Clock()
         services = _services(store, catalogue, clock, models, snapshots, no_redis)
         runs = timed_runs(services, clock, raw_batches, models, rows_all, repeat, profile_dir)
+        sizes = {name: ranking_bytes(services[name], raw_batches) for name in ("lookup", "lightgbm")}
     finally:
         store.delete_all()
         store.client.close()
@@ -322,4 +361,4 @@ def bench_predict(
               "key_prefix": prefix, "candidates": candidates or "as simulated",
               "mean_candidates": round(w.mean_candidates, 2), "known_job_share": round(known, 3),
               "variants": list(services), "model": model_info, "compiled_max_abs_diff": compiled_diff}
-    return report("predict", params, runs, extra={"design_9": dict(DESIGN_9)}, started=began)
+    return report("predict", params, runs, extra={"design_9": dict(DESIGN_9), "ranking_bytes": sizes}, started=began)

@@ -87,6 +87,13 @@ class TimedModel(ThroughputModel):
         finally:
             self.clock.add("predict", time.perf_counter() - t0)
 
+    def predict_explained(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+        t0 = time.perf_counter()
+        try:
+            return self.inner.predict_explained(rows)
+        finally:
+            self.clock.add("predict", time.perf_counter() - t0)
+
     def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
         t0 = time.perf_counter()
         try:

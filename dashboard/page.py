@@ -48,6 +48,7 @@ td.top { white-space:normal; }
         font-size:12px; }
 .chip.r1 { background:#1d3b2f; color:#8ff0c2; }
 .chip b { font-weight:600; }
+.chip .basis { color:var(--muted); font-size:11px; }
 .fb { color:var(--amber); font-size:12px; }
 .muted { color:var(--muted); }
 .row2 { display:grid; grid-template-columns:2.4fr 1fr; gap:12px; }
@@ -206,6 +207,14 @@ function barChart(canvas, rows) {
   });
 }
 
+// A candidate's basis in the feed: the estimate served, the evidence, and the ratio to the job's prior.
+function basisText(b) {
+  if (!b) return "";
+  const ev = {ran_here: "ran here", ran_elsewhere: "ran elsewhere", none: "no history"}[b.evidence] || b.evidence;
+  const prior = b.prior_hardware && b.ratio != null ? ` · \u00d7${b.ratio} ${b.prior_hardware}` : "";
+  return ` <span class="basis">${esc(b.estimate)} · ${esc(ev)}${esc(prior)}</span>`;
+}
+
 function render(s) {
   const t = s.totals, a = s.accuracy, sv = s.savings;
   $("k-rate").textContent = short(s.rates.rankings_per_s_10s);
@@ -251,7 +260,7 @@ function render(s) {
     const when = new Date(r.received * 1000).toLocaleTimeString("en-GB");
     const top = r.top.length ? r.top.map((c) =>
       `<span class="chip${c.rank === 1 ? " r1" : ""}"><b>${esc(c.hardware)}</b> ` +
-      `${short(c.throughput_per_dollar)}</span>`
+      `${short(c.throughput_per_dollar)}${basisText(c.basis)}</span>`
     ).join("") : '<span class="muted">nothing ranked</span>';
     const fb = r.fallback ? `<span class="fb">${esc(r.fallback)}</span>` : '<span class="muted">—</span>';
     return `<tr><td class="muted">${when}</td><td>${esc(r.job_key)}</td><td class="top">${top}` +

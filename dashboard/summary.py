@@ -30,6 +30,15 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[k]
 
 
+def _basis_brief(basis: Any) -> dict[str, Any] | None:
+    """What the feed shows of a candidate's ``basis``: evidence, estimate, the prior's hardware, the ratio
+    (None for a schema-version-1 ranking, which has none)."""
+    if not isinstance(basis, dict):
+        return None
+    return {"evidence": basis.get("evidence"), "estimate": basis.get("estimate"), "prior_hardware": basis.get("prior"),
+            "ratio": basis.get("ratio")}
+
+
 def _feed_item(received: float, r: dict[str, Any]) -> dict[str, Any]:
     ranked = [c for c in r.get("candidates", []) if isinstance(c.get("rank"), int)]
     ranked.sort(key=lambda c: c["rank"])
@@ -49,6 +58,7 @@ def _feed_item(received: float, r: dict[str, Any]) -> dict[str, Any]:
                 "throughput_per_dollar": c.get("throughput_per_dollar"),
                 "predicted_throughput": c.get("predicted_throughput"),
                 "hourly_cost": c.get("hourly_cost"),
+                "basis": _basis_brief(c.get("basis")),
             }
             for c in ranked[:FEED_TOP]
         ],

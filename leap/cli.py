@@ -22,6 +22,7 @@ from core.settings import Settings
 from dashboard.cli import dashboard_cmd
 from fleet import cli as fleet_cli
 from replay.cli import app as replay_app
+from replay.cli import explain_cmd
 from services.cli import app as services_app
 from services.cli import services_needed
 from training import cli as training_cli
@@ -74,6 +75,7 @@ def _checked(command: Callable[..., Any], redis: bool) -> Callable[..., Any]:
 for _info in replay_app.registered_commands:
     if _info.callback is not None:
         _info.callback = _checked(_info.callback, redis=_info.name == "rebuild-features")
+app.command("explain")(_checked(explain_cmd, redis=False))
 
 
 @topics_app.command("create")

@@ -70,8 +70,15 @@ from predictor.calibration import (
 )
 from predictor.compiled import TreePredictor, compile_boosters
 from predictor.learned_roofline import LearnedRoofline, usable_rows
-from predictor.models import ThroughputModel, first_finite, paired_transfer_log
-from predictor.selector import fit_selectors, select
+from predictor.models import (
+    ESTIMATE_OF_COLUMN,
+    PAIRED_TRANSFER_CHAIN,
+    ThroughputModel,
+    chain_estimates,
+    first_finite,
+    paired_transfer_log,
+)
+from predictor.selector import fit_selectors, select, select_explained
 
 __all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidence_level"]
 
@@ -508,20 +515,48 @@ class LightGBMThroughput(ThroughputModel):
     def _predict_log(self, rows: Rows) -> np.ndarray:
         return self._predict_based(self._with_base(rows), evidence_level(rows))
 
+    def _predict_log_explained(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+        out, estimate = self._serve(self._with_base(rows), evidence_level(rows), explain=True)
+        assert estimate is not None
+        return out, estimate
+
     def _predict_based(self, based: Rows, level: np.ndarray) -> np.ndarray:
         """:meth:`_predict_log` of rows that already have the base model's columns."""
+        return self._serve(based, level)[0]
+
+    def _serve(self, based: Rows, level: np.ndarray, explain: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`_predict_based` and, when ``explain``, which estimate each row serves (the same pass)."""
         anchor, raw = self._anchor_and_correction(based)
+        corrected = np.full(len(raw), self.target != "residual")
         if self.target == "residual":
             new = self._is_new_type(based)
-            raw = raw * np.where(new, restore(self.trust_new_type_, default=0.0)[level],
-                                 restore(self.trust_by_evidence_)[level])
+            trust = np.where(new, restore(self.trust_new_type_, default=0.0)[level],
+                             restore(self.trust_by_evidence_)[level])
+            raw, corrected = raw * trust, trust != 0
         out = np.where(np.isfinite(anchor), self._from_target(raw, anchor), np.nan)
+        estimate = self._estimates(based, out, corrected) if explain else None
         if self.selectors_:
             trees = {name: self.trees_.get(name, booster) for name, booster in self.selectors_.items()}
-            out = select(trees, based, out, level, self.predict_threads)
+            out, chosen = select_explained(trees, based, out, level, self.predict_threads)
+            if estimate is not None:
+                picked = np.flatnonzero(chosen != None)  # noqa: E711 - elementwise on an object array
+                estimate[picked] = [ESTIMATE_OF_COLUMN[c] for c in chosen[picked]]
         keep = np.where(self._is_new_type(based), restore(self.gate_new_type_, default=False)[level],
                         restore(self.gate_, default=False)[level])
-        return gated(out, paired_transfer_log(based), keep)
+        if estimate is None:
+            return gated(out, paired_transfer_log(based), keep), None
+        fallback, fallback_estimate = chain_estimates(based, PAIRED_TRANSFER_CHAIN)
+        # gated()'s rule, for the labels: the fallback's estimate where it is served
+        return gated(out, fallback, keep), np.where(keep | np.isnan(fallback), estimate, fallback_estimate)
+
+    def _estimates(self, based: Rows, out: np.ndarray, corrected: np.ndarray) -> np.ndarray:
+        """Before any selector: ``model`` where the correction was applied (trust may be 0), else
+        the estimate of the anchor chain's column that answered; ``none`` where ``out`` is NaN."""
+        names = tuple(c for c, group in ANCHOR_CHAIN if group in self.feature_groups and c in based)
+        if not names:
+            return np.where(np.isnan(out), "none", "model").astype(object)
+        served = np.where(corrected, "model", chain_estimates(based, names)[1])
+        return np.where(np.isnan(out), "none", served).astype(object)  # object: a selector writes longer names
 
     def compile_trees(self, cache_dir: Path, compiler: str | None = None) -> None:
         """Predict with C compiled from the boosters' trees from now on (:mod:`predictor.compiled`): same output."""

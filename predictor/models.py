@@ -18,6 +18,38 @@ from features.rows import Rows
 #: Quantiles of the uncertainty band reported with every prediction.
 BAND_QUANTILES = (0.1, 0.9)
 
+#: Which estimate a prediction serves: the one vocabulary of :meth:`ThroughputModel.predict_explained`
+#: and of the rankings' ``basis.estimate``.
+ESTIMATES: dict[str, str] = {
+    "model": "the model's own prediction (its correction applied to its anchor)",
+    "measured_here": "the job's own median throughput on this hardware",
+    "newest_here": "the job's newest measurement on this hardware",
+    "prior_carried": "the job's prior elsewhere carried across by a ratio (of lookup medians, of the base "
+                     "model, or blended with the paired ratio)",
+    "paired_ratio": "the job's priors carried across by the ratio other jobs showed between the two parts",
+    "prior_unchanged": "the job's prior elsewhere, as it was measured",
+    "base_model": "the base model's estimate for the configuration on this hardware (no history of the job)",
+    "lookup": "the median of the model type (else family) on this hardware",
+    "roofline": "the public-spec roofline estimate",
+    "cold_start": "the roofline estimate stood in where the model had none",
+    "none": "no estimate",
+}
+#: The estimate each model-row column is (or, for the LightGBM model's derived columns, carries).
+ESTIMATE_OF_COLUMN: dict[str, str] = {
+    "prior_same_log": "measured_here",
+    "prior_same_last_log": "newest_here",
+    "transfer_log": "prior_carried",
+    "base_transfer_log": "prior_carried",
+    "blended_transfer_log": "prior_carried",
+    "transfer_paired_log": "paired_ratio",
+    "prior_other_log": "prior_unchanged",
+    "base_log": "base_model",
+    "lookup_model_log": "lookup",
+    "lookup_family_log": "lookup",
+    "log_roofline": "roofline",
+}
+assert set(ESTIMATE_OF_COLUMN.values()) <= set(ESTIMATES)
+
 
 def residual_band(residual: np.ndarray) -> tuple[float, float]:
     """The band's ends in log space: :data:`BAND_QUANTILES` of the finite residuals (log measured
@@ -40,6 +72,14 @@ class ThroughputModel(ABC):
     def _predict_log(self, rows: Rows) -> np.ndarray:
         """Log per-accelerator throughput, NaN where the model has no estimate."""
 
+    def _predict_log_explained(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_predict_log` and, per row, which estimate it is (:data:`ESTIMATES`), in one pass.
+
+        Models whose prediction is not one of the rows' estimates label every row ``model``.
+        """
+        log = self._predict_log(rows)
+        return log, np.where(np.isnan(log), "none", "model").astype(object)
+
     def fit(self, rows: Rows, y: np.ndarray) -> Self:
         """Learn from rows and their measured per-accelerator throughput ``y``."""
         self._fit(rows, np.asarray(y, dtype=np.float64))
@@ -52,6 +92,19 @@ class ThroughputModel(ABC):
     def predict(self, rows: Rows) -> np.ndarray:
         """Per-accelerator throughput (samples/s); NaN where the model cannot tell."""
         return np.exp(self._predict_log(rows))
+
+    def predict_explained(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`predict` and which estimate each row serves.
+
+        Returns
+        -------
+        pred
+            The same numbers as :meth:`predict`, from the same single pass.
+        estimate
+            Object array of :data:`ESTIMATES` keys (``none`` where ``pred`` is NaN).
+        """
+        log, estimate = self._predict_log_explained(rows)
+        return np.exp(log), estimate
 
     def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper ends of the band around predictions from :meth:`predict` (``rows``
@@ -80,7 +133,51 @@ def first_finite(*columns: np.ndarray) -> np.ndarray:
     return out
 
 
-class LookupTable(ThroughputModel):
+def first_finite_source(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`first_finite` and, per row, the index of the column that answered (-1: none did)."""
+    out = np.array(columns[0], dtype=np.float64, copy=True)
+    source = np.where(np.isnan(out), -1, 0)
+    for k, col in enumerate(columns[1:], start=1):
+        missing = np.isnan(out)
+        out[missing] = col[missing]
+        source[missing & ~np.isnan(out)] = k
+    return out, source
+
+
+def estimates_of(names: tuple[str, ...], source: np.ndarray) -> np.ndarray:
+    """The :data:`ESTIMATES` key of each row from the index of the column that answered
+    (:func:`first_finite_source`; -1: ``none``)."""
+    labels = np.array([ESTIMATE_OF_COLUMN[c] for c in names] + ["none"], dtype=object)
+    return labels[source]  # -1 picks the last: "none"
+
+
+#: Transfer columns that hold the job's own measurement on the candidate when it ran there
+#: (:func:`features.rows.row_dicts`: its speed here beats any transfer).
+HOLD_MEASURED_HERE = ("transfer_log", "transfer_paired_log")
+
+
+def chain_estimates(rows: Rows, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`first_finite` of the columns ``names`` and, per row, the estimate that answered."""
+    log, source = first_finite_source(*(rows[c] for c in names))
+    labels = estimates_of(names, source)
+    here = np.asarray(rows.get("prior_same_n", np.zeros(len(log)))) > 0
+    holds = np.array([c in HOLD_MEASURED_HERE for c in names] + [False])[source]
+    return log, np.where(here & holds, "measured_here", labels).astype(object)
+
+
+class FirstFinite(ThroughputModel):
+    """A baseline that serves the first of its :attr:`columns` a row has."""
+
+    columns: ClassVar[tuple[str, ...]]
+
+    def _predict_log(self, rows: Rows) -> np.ndarray:
+        return first_finite(*(rows[c] for c in self.columns))
+
+    def _predict_log_explained(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+        return chain_estimates(rows, self.columns)
+
+
+class LookupTable(FirstFinite):
     """Median per-accelerator throughput of the model type on the hardware, else of its family.
 
     The medians are online features (Redis aggregates, or their offline replay), so this model
@@ -88,18 +185,14 @@ class LookupTable(ThroughputModel):
     """
 
     kind = "lookup"
-
-    def _predict_log(self, rows: Rows) -> np.ndarray:
-        return first_finite(rows["lookup_model_log"], rows["lookup_family_log"])
+    columns = ("lookup_model_log", "lookup_family_log")
 
 
-class PriorTransfer(ThroughputModel):
+class PriorTransfer(FirstFinite):
     """The job's own prior throughput, moved across hardware by the lookup ratio; else lookup."""
 
     kind = "transfer"
-
-    def _predict_log(self, rows: Rows) -> np.ndarray:
-        return first_finite(rows["transfer_log"], rows["lookup_model_log"], rows["lookup_family_log"])
+    columns = ("transfer_log", "lookup_model_log", "lookup_family_log")
 
 
 #: Columns of :class:`PairedTransfer`, first estimate first: the model-free estimate that the
@@ -112,15 +205,13 @@ def paired_transfer_log(rows: Rows) -> np.ndarray:
     return first_finite(*(rows[c] for c in PAIRED_TRANSFER_CHAIN))
 
 
-class PairedTransfer(ThroughputModel):
+class PairedTransfer(FirstFinite):
     """The job's own prior throughput, moved across hardware by the ratio other jobs of its model
     type (else family, else any job) showed between the two types near its configuration
     (:mod:`features.pairs`); else the plain transfer; else lookup."""
 
     kind = "transfer_paired"
-
-    def _predict_log(self, rows: Rows) -> np.ndarray:
-        return paired_transfer_log(rows)
+    columns = PAIRED_TRANSFER_CHAIN
 
 
 BASELINES: dict[str, type[ThroughputModel]] = {m.kind: m for m in (LookupTable, PriorTransfer, PairedTransfer)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -131,6 +132,7 @@ def price_candidate(
     upper: float,
     reason: str | None,
     catalogue: Catalogue,
+    basis: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Price one candidate, before ranks are known.
 
@@ -145,6 +147,8 @@ def price_candidate(
     reason
         Fallback reason already known (e.g. cold start), or None; replaced when the candidate
         cannot be ranked.
+    basis
+        What the prediction rests on (:mod:`predictor.basis`), or None to leave it out.
 
     Returns
     -------
@@ -162,7 +166,7 @@ def price_candidate(
         reason = NO_ESTIMATE
     cost = price * num_accelerators if price else None
     rankable = hw is not None and cost is not None and has_estimate
-    entry = {
+    entry: dict[str, Any] = {
         "hardware": name,
         "predicted_throughput": tput if has_estimate else None,
         "lower": lower * num_accelerators if has_estimate else None,
@@ -172,6 +176,8 @@ def price_candidate(
         "rank": None,
         "reason": reason,
     }
+    if basis is not None:
+        entry["basis"] = basis
     return entry, rankable
 
 
@@ -183,6 +189,7 @@ def rank_candidates(
     upper: np.ndarray,
     reasons: list[str | None],
     catalogue: Catalogue,
+    bases: Sequence[dict[str, Any]] | None = None,
 ) -> Priced:
     """Build the ranking's candidate list.
 
@@ -196,6 +203,8 @@ def rank_candidates(
         Predicted per-accelerator samples/s and its band (NaN = no estimate).
     reasons
         Per-candidate fallback reason already known (e.g. cold start), or None.
+    bases
+        Per-candidate basis (:mod:`predictor.basis`), or None to leave it out.
 
     Returns
     -------
@@ -204,7 +213,7 @@ def rank_candidates(
     """
     priced = [
         price_candidate(name, num_accelerators, float(per_acc[i]), float(lower[i]), float(upper[i]), reasons[i],
-                        catalogue)
+                        catalogue, bases[i] if bases is not None else None)
         for i, name in enumerate(names)
     ]
     # sorted() is stable: candidates of equal value per dollar keep the submission's order.

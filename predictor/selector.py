@@ -104,7 +104,14 @@ def fit_selectors(rows: Rows, served: np.ndarray, y: np.ndarray, level: np.ndarr
 def select(selectors: dict[str, TreePredictor], rows: Rows, served: np.ndarray, level: np.ndarray,
            num_threads: int) -> np.ndarray:
     """Each row's likeliest estimate by its level's selector (the prediction where it has none)."""
+    return select_explained(selectors, rows, served, level, num_threads)[0]
+
+
+def select_explained(selectors: dict[str, TreePredictor], rows: Rows, served: np.ndarray, level: np.ndarray,
+                     num_threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`select` and, per row, the column of :data:`CANDIDATES` it serves (None: the prediction)."""
     out = served.copy()
+    chosen = np.full(len(served), None, dtype=object)
     for k, name in enumerate(EVIDENCE):
         trees = selectors.get(PREFIX + name)
         sel = (level == k) & np.isfinite(served)
@@ -113,5 +120,7 @@ def select(selectors: dict[str, TreePredictor], rows: Rows, served: np.ndarray, 
         values, x = stacked(_needed(rows, sel, name), served[sel], name)
         score = np.asarray(trees.predict(x, num_threads=num_threads)).reshape(values.shape)
         score = np.where(np.isfinite(values), score, -np.inf)
-        out[sel] = values[np.arange(len(values)), np.argmax(score, axis=1)]
-    return out
+        pick = np.argmax(score, axis=1)
+        out[sel] = values[np.arange(len(values)), pick]
+        chosen[sel] = np.array([None, *CANDIDATES[name]], dtype=object)[pick]
+    return out, chosen

@@ -16,7 +16,8 @@ from core.hardware import Catalogue
 from features.batch_rows import build_batch_rows
 from features.completion import complete
 from features.store import FeatureStore
-from predictor.models import LookupTable, ThroughputModel
+from predictor.basis import candidate_bases
+from predictor.models import LookupTable, PairedTransfer, ThroughputModel
 from predictor.ranking import (
     COLD_START,
     HISTORY_FALLBACK,
@@ -26,7 +27,7 @@ from predictor.ranking import (
     history_where_params_unknown,
     rank_candidates,
 )
-from streams.events import SCHEMA_VERSION, Ranking, Submission, ranking_id
+from streams.events import RANKING_SCHEMA_VERSION, Ranking, Submission, ranking_id
 
 #: Band used around a cold-start roofline estimate: it may be off by about 2x either way.
 COLD_START_BAND = (0.5, 2.0)
@@ -89,15 +90,18 @@ class RankingService:
         active = self.holder.active
         snaps = self.store.read(subs)
         rows = build_batch_rows(subs, snaps, self.catalogue)
-        pred = active.model.predict(rows)
+        pred, estimate = active.model.predict_explained(rows)
         lower, upper = active.model.predict_band(pred, rows)
         cold = np.isnan(pred) & np.isfinite(rows["log_roofline"])
         if cold.any():
-            estimate = np.exp(rows["log_roofline"][cold])
-            pred[cold] = estimate
-            lower[cold] = estimate * COLD_START_BAND[0]
-            upper[cold] = estimate * COLD_START_BAND[1]
+            roofline = np.exp(rows["log_roofline"][cold])
+            pred[cold] = roofline
+            lower[cold] = roofline * COLD_START_BAND[0]
+            upper[cold] = roofline * COLD_START_BAND[1]
+            estimate[cold] = "cold_start"
         pred, lower, upper, from_history = history_where_params_unknown(pred, lower, upper, rows)
+        if from_history.any():  # the paired transfer stood in: say which of its columns answered
+            estimate = np.where(from_history, PairedTransfer().predict_explained(rows)[1], estimate)
         pred, lower, upper, cut = bound_by_peak(pred, lower, upper, rows)
 
         out: list[Ranking] = []
@@ -109,8 +113,10 @@ class RankingService:
             reasons: list[str | None] = [COLD_START if c else HISTORY_FALLBACK if h else PEAK_BOUND if b else None
                                          for c, h, b in zip(cold[span], from_history[span], cut[span], strict=True)]
             stand_ins = complete(sub, snap.config_model, snap.config_family)[1]  # field -> what stood in
+            bases = candidate_bases(snap, rows, span, pred, estimate, stand_ins)
             priced = rank_candidates(
-                sub.candidates, sub.num_accelerators, pred[span], lower[span], upper[span], reasons, self.catalogue
+                sub.candidates, sub.num_accelerators, pred[span], lower[span], upper[span], reasons, self.catalogue,
+                bases,
             )
             fallbacks = sorted({r for r in (c["reason"] for c in priced.candidates) if r}
                                | ({snap.fallback} if snap.fallback else set())
@@ -120,7 +126,7 @@ class RankingService:
             now = time.time()
             out.append(
                 Ranking(
-                    schema_version=SCHEMA_VERSION,
+                    schema_version=RANKING_SCHEMA_VERSION,
                     event_id=ranking_id(sub.event_id),
                     event_time=now,
                     job_key=sub.job_key,

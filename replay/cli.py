@@ -26,6 +26,7 @@ from features.keys import KeyLayout
 from features.store import open_store
 from replay.copy import LIVE_TOPICS, copy_slice
 from replay.decode import BY_TOPIC, TYPE_NAMES
+from replay.explain import find_ranking, story
 from replay.inspection import inspect_slice, matcher
 from replay.reader import Reader, ReplayError, Tally, TopicRange
 from replay.rebuild import compare, replay_events
@@ -232,6 +233,29 @@ def rerank(
     _rerank_table(report)
 
 
+def explain_cmd(
+    attempt_id: Annotated[str, typer.Argument(help="The attempt whose ranking to tell.")],
+    from_: FromOpt = None, to: ToOpt = None, progress: ProgressOpt = True,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the ranking itself as JSON after the story.")]
+    = False,
+) -> None:
+    """Tell one attempt's ranking in a few plain lines: what won and why, and per candidate the
+    evidence, the estimate served, the prior and ratio, the band and the price (from the rankings topic)."""
+    start, end = _bounds(from_, to)
+    reader = _open(Settings.from_env(), [TopicRange(RANKINGS.name, start, end)], None, None, progress)
+    try:
+        ranking = find_ranking(reader, attempt_id)
+    except ReplayError as exc:
+        _fail(str(exc))
+    _report_tally(reader.tally)
+    if ranking is None:
+        _fail(f"no ranking of attempt {attempt_id!r} in {RANKINGS.name} ({start.describe()} to {end.describe()})")
+    for line in story(ranking):
+        print(line)
+    if json_out:
+        _print_json(ranking.to_dict())
+
+
 def _fmt(value: Any, pct: bool = True) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "-"
@@ -248,6 +272,23 @@ def _rerank_table(report: dict[str, Any]) -> None:
     for name, agree, changed, acc in rows:
         table.add_row(name, _fmt(agree), _fmt(changed, False), _fmt(acc["acc@10"]), _fmt(acc["acc@20"]),
                       _fmt(acc["mape"]), _fmt(acc["n"], False), _fmt(acc["n_missing"], False))
+    Console().print(table)
+    _basis_table(report, rows[0][0])
+
+
+def _basis_table(report: dict[str, Any], old_name: str) -> None:
+    """Share of candidates per evidence and per estimate served (the rankings' basis), per model."""
+    bases = {old_name: report["old"]["basis"], **{name: m["basis"] for name, m in report["models"].items()}}
+    columns = [(part, key) for part in ("evidence", "estimate")
+               for key in dict.fromkeys(k for b in bases.values() for k in b[part])]
+    table = Table(title="basis: share of candidates by evidence (ran here / elsewhere / no history) and by "
+                        "estimate served")
+    table.add_column("model")
+    for part, key in columns:
+        table.add_column("no history" if (part, key) == ("evidence", "none") else key, justify="right")
+    for name, b in bases.items():
+        total = sum(b["evidence"].values())
+        table.add_row(name, *(_fmt(b[part].get(key, 0) / total if total else None) for part, key in columns))
     Console().print(table)
 
 

@@ -9,7 +9,7 @@ fill and pricing; only the feature read is replaced by the recorded snapshot.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, cast
@@ -134,6 +134,19 @@ def _rerank(active: ActiveModel, subs: list[Submission], snaps: dict[str, Featur
     return new
 
 
+def basis_counts(rankings: Iterable[Ranking]) -> dict[str, dict[str, int]]:
+    """How many candidates of the rankings had each evidence and each estimate served (their
+    ``basis``; candidates of schema-version-1 rankings count under ``unrecorded``)."""
+    evidence: Counter[str] = Counter()
+    estimate: Counter[str] = Counter()
+    for r in rankings:
+        for c in r.candidates:
+            basis = c.get("basis") or {}
+            evidence[basis.get("evidence", "unrecorded")] += 1
+            estimate[basis.get("estimate", "unrecorded")] += 1
+    return {"evidence": dict(evidence.most_common()), "estimate": dict(estimate.most_common())}
+
+
 def shadow_report(joined: Joined, models: Sequence[ActiveModel], catalogue: Catalogue) -> dict[str, Any]:
     """Top-1 agreement and accuracy of the old rankings and of each model on the same attempts."""
     ranked: list[tuple[Submission, Ranking, FeatureSnapshot]] = []
@@ -171,7 +184,8 @@ def shadow_report(joined: Joined, models: Sequence[ActiveModel], catalogue: Cata
         "bad_features_used": bad_features,
         "finished": len(finished),
         "finished_off_candidates": off_candidates,
-        "old": {"model_versions": dict(Counter(old.model_version for _, old, _ in ranked)), "accuracy": old_acc},
+        "old": {"model_versions": dict(Counter(old.model_version for _, old, _ in ranked)), "accuracy": old_acc,
+                "basis": basis_counts(old_by_attempt.values())},
         "models": {},
     }
     snaps = {sub.event_id: snap for sub, _, snap in ranked}
@@ -188,5 +202,6 @@ def shadow_report(joined: Joined, models: Sequence[ActiveModel], catalogue: Cata
             "top1_agreement": agree / len(ranked) if ranked else None,
             "changed_best": len(ranked) - agree,
             "accuracy": acc,
+            "basis": basis_counts(new.values()),
         }
     return report

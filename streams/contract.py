@@ -33,7 +33,7 @@ class EventError(ValueError):
 
 
 #: The JSON types a field can have.
-KINDS = ("str", "int", "float", "strlist", "object", "records")
+KINDS = ("str", "int", "float", "strlist", "object", "records", "record")
 
 #: Dead-letter reasons of the checks here (with ``missing_field`` and ``bad_field``): a number or
 #: a time outside its documented bounds, and a name that starts with a marker the store reserves.
@@ -46,7 +46,8 @@ RESERVED_NAME = "reserved_name"
 class Field:
     """One field of an event: its JSON type and constraints.
 
-    ``kind`` is one of ``str``, ``int``, ``float``, ``strlist``, ``object``, ``records``.
+    ``kind`` is one of ``str``, ``int``, ``float``, ``strlist``, ``object``, ``records`` (a list of
+    objects with the fields ``items``) and ``record`` (one such object).
     ``range_reason`` is the dead-letter reason of a number outside ``minimum``/``maximum`` (times
     have their own); ``reserved_prefix`` refuses strings (and list items) that start with it.
     """
@@ -64,7 +65,7 @@ class Field:
     min_len: int = 1  # strings are non-empty unless a field says otherwise
     min_items: int | None = None
     max_items: int | None = None
-    items: tuple[Field, ...] | None = None  # for kind == "records"
+    items: tuple[Field, ...] | None = None  # for kinds "records" and "record"
     default: Any = None
     range_reason: str = OUT_OF_RANGE
     reserved_prefix: str | None = None
@@ -73,8 +74,8 @@ class Field:
         # Checked once, when the spec is written, so validation can dispatch without a guard.
         if self.kind not in KINDS:
             raise AssertionError(f"{self.name}: unknown field kind {self.kind!r}")
-        if (self.kind == "records") != (self.items is not None):
-            raise AssertionError(f"{self.name}: items go with kind 'records', and only with it")
+        if (self.kind in ("records", "record")) != (self.items is not None):
+            raise AssertionError(f"{self.name}: items go with kinds 'records' and 'record', and only with them")
 
 
 def type_name(value: Any) -> str:
@@ -159,6 +160,14 @@ def _check_records(where: str, spec: Field, value: Any) -> tuple[dict[str, Any],
     return tuple(out)
 
 
+def _check_record(where: str, spec: Field, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise EventError("bad_field", f"{where}: expected an object, got {type_name(value)}")
+    assert spec.items is not None  # Field.__post_init__: a record always has items
+    # an optional field the object leaves out stays out, so a record decodes to what was encoded
+    return {k: v for k, v in validate_fields(where, spec.items, value).items() if k in value}
+
+
 #: The checker of each field kind: ``(where, spec, value) -> normalised value``.
 _CHECKS: dict[str, Callable[[str, Field, Any], Any]] = {
     "str": _check_str,
@@ -167,6 +176,7 @@ _CHECKS: dict[str, Callable[[str, Field, Any], Any]] = {
     "strlist": _check_strlist,
     "object": _check_object,
     "records": _check_records,
+    "record": _check_record,
 }
 assert tuple(_CHECKS) == KINDS, "every field kind needs a checker (and a schema in _field_schema)"
 
@@ -256,6 +266,9 @@ def _field_schema(spec: Field) -> dict[str, Any]:
     elif spec.kind == "records":
         assert spec.items is not None
         out = {"type": "array", "items": object_schema(spec.items)}
+    elif spec.kind == "record":
+        assert spec.items is not None
+        out = object_schema(spec.items)
     else:  # pragma: no cover - Field.__post_init__ admits only KINDS
         raise AssertionError(spec.kind)
     if spec.nullable:

@@ -54,6 +54,14 @@ from streams.contract import TIME_OUT_OF_RANGE, EventError, Field, object_schema
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
+#: Rankings have their own version: 2 added each candidate's ``basis``. A version-1 ranking (no
+#: basis) still decodes; a version-2 ranking read with the version-1 field list is valid apart
+#: from its version number (it only adds a field), so readers that ignore the version keep working.
+RANKING_SCHEMA_VERSION = 2
+RANKING_SUPPORTED_VERSIONS = frozenset({1, 2})
+#: What a ranked candidate's prediction rests on (``basis.evidence``): the job ran on this
+#: hardware before, only on other hardware, or never.
+EVIDENCE = ("ran_here", "ran_elsewhere", "none")
 #: Largest encoded event accepted on any topic. A submission with 64 candidates is ~4 KiB.
 MAX_EVENT_BYTES = 64 * 1024
 
@@ -169,6 +177,21 @@ FINISH_FIELDS: tuple[Field, ...] = (
           required=False, nullable=True),
 )
 
+BASIS_FIELDS: tuple[Field, ...] = (
+    Field("evidence", "str", "What the job's own history holds: it ran on this hardware, only elsewhere, or "
+          "never.", choices=EVIDENCE),
+    Field("estimate", "str", "Which estimate was served: a key of predictor.models.ESTIMATES (model, "
+          "measured_here, prior_carried, paired_ratio, lookup, cold_start, ...).", max_len=32),
+    hardware_field("prior", "Hardware of the job's measurement the estimate is compared with: this hardware when "
+                   "the job ran here, else its most-observed other hardware. Its per-accelerator throughput and "
+                   "time are features_used.prior[<prior>] (robust, last_time). Absent when the job never ran.",
+                   required=False, nullable=True),
+    Field("ratio", "float", "Served per-accelerator throughput over the prior's, four significant digits; absent "
+          "without a prior, null without an estimate.", minimum=0, required=False, nullable=True),
+    Field("stand_ins", "object", "Submission fields that were missing, each with what stood in for it; absent "
+          "(or null) when nothing was missing.", required=False, nullable=True),
+)
+
 CANDIDATE_FIELDS: tuple[Field, ...] = (
     hardware_field("hardware", "Hardware type as given in the submission."),
     Field("predicted_throughput", "float", "Predicted samples/s.", nullable=True, minimum=0),
@@ -178,12 +201,16 @@ CANDIDATE_FIELDS: tuple[Field, ...] = (
     Field("throughput_per_dollar", "float", "Predicted samples per USD.", nullable=True, minimum=0),
     count_field("rank", "1 = best throughput per dollar; null when unranked.", MAX_CANDIDATES, nullable=True),
     Field("reason", "str", "Why the candidate is unranked or used a fallback.", nullable=True),
+    Field("basis", "record", "What the prediction rests on: present from schema version 2 (absent or null in "
+          "version 1).", items=BASIS_FIELDS, required=False, nullable=True),
 )
 
 RANKING_FIELDS: tuple[Field, ...] = (
     # the id holds a whole submission id after its prefix (ranking_id), so it may be that much longer
     *(dataclasses.replace(f, max_len=EVENT_ID_LEN + len(RANKING_ID_PREFIX),
-                          doc=f"'{RANKING_ID_PREFIX}' and the submission's event_id.") if f.name == "event_id" else f
+                          doc=f"'{RANKING_ID_PREFIX}' and the submission's event_id.") if f.name == "event_id"
+      else dataclasses.replace(f, doc="Contract version; this code writes 2 and reads 1 and 2.")
+      if f.name == "schema_version" else f
       for f in COMMON_FIELDS),
     Field("attempt_id", "str", "The ranked attempt.", max_len=ID_LEN),
     Field("submission_event_id", "str", "event_id of the submission ranked.", max_len=EVENT_ID_LEN),
@@ -235,10 +262,10 @@ def ranking_id(submission_event_id: str) -> str:
 # ---------------------------------------------------------------- event classes
 
 
-def _supported(version: Any) -> bool:
-    """Whether this code reads ``version``; False for a list or an object too (they are unhashable)."""
+def _supported(version: Any, supported: frozenset[int]) -> bool:
+    """Whether ``version`` is in ``supported``; False for a list or an object too (they are unhashable)."""
     try:
-        return version in SUPPORTED_SCHEMA_VERSIONS
+        return version in supported
     except TypeError:
         return False
 
@@ -250,6 +277,9 @@ class Event:
 
     FIELDS: ClassVar[tuple[Field, ...]]
     NAME: ClassVar[str]
+    #: The version this code writes, and the versions it reads.
+    VERSION: ClassVar[int] = SCHEMA_VERSION
+    SUPPORTED_VERSIONS: ClassVar[frozenset[int]] = SUPPORTED_SCHEMA_VERSIONS
     #: Size limit when decoding; dead letters carry a whole rejected message, so theirs is larger.
     MAX_BYTES: ClassVar[int] = MAX_EVENT_BYTES
 
@@ -258,11 +288,11 @@ class Event:
         if not isinstance(payload, dict):
             raise EventError("bad_json", f"{cls.NAME}: expected a JSON object, got {type_name(payload)}")
         version = payload.get("schema_version")
-        if version is not None and not _supported(version):
+        if version is not None and not _supported(version, cls.SUPPORTED_VERSIONS):
             raise EventError(
                 "unknown_schema_version",
                 f"{cls.NAME}.schema_version: {version!r} is not supported "
-                f"(supported: {sorted(SUPPORTED_SCHEMA_VERSIONS)})",
+                f"(supported: {sorted(cls.SUPPORTED_VERSIONS)})",
                 f"{cls.NAME}.schema_version",
             )
         values = validate_fields(cls.NAME, cls.FIELDS, payload)
@@ -390,6 +420,8 @@ class JobFinish(Event):
 @dataclass(frozen=True, slots=True)
 class Ranking(Event):
     MAX_BYTES: ClassVar[int] = 4 * MAX_EVENT_BYTES
+    VERSION: ClassVar[int] = RANKING_SCHEMA_VERSION
+    SUPPORTED_VERSIONS: ClassVar[frozenset[int]] = RANKING_SUPPORTED_VERSIONS
     schema_version: int
     event_id: str
     event_time: float
@@ -404,6 +436,11 @@ class Ranking(Event):
     fallback: str | None
     latency_ms: float
     since_submit_ms: float | None = None
+
+    def _check_rules(self) -> None:
+        if self.schema_version >= 2 and any("basis" not in c or c["basis"] is None for c in self.candidates):
+            raise EventError("missing_field", "ranking.candidates[].basis: required from schema version 2",
+                             "ranking.candidates")
 
 
 @_event("dead_letter", DEAD_LETTER_FIELDS)
@@ -442,10 +479,10 @@ EVENT_TYPES: tuple[type[Event], ...] = (Submission, JobStart, JobFinish, Ranking
 def json_schema(cls: type[Event]) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of one event type, derived from its field specs."""
     schema = object_schema(cls.FIELDS)
-    schema["properties"]["schema_version"]["enum"] = sorted(SUPPORTED_SCHEMA_VERSIONS)
+    schema["properties"]["schema_version"]["enum"] = sorted(cls.SUPPORTED_VERSIONS)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"https://leap.dev/schemas/{cls.NAME}.v{SCHEMA_VERSION}.json",
+        "$id": f"https://leap.dev/schemas/{cls.NAME}.v{cls.VERSION}.json",
         "title": cls.NAME,
         **schema,
     }

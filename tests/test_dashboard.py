@@ -79,6 +79,22 @@ CANDS = [("H100-SXM", 300.0, 20.0), ("A100-80GB", 100.0, 10.0), ("L4", 10.0, 2.0
 # ---------------------------------------------------------------- aggregator
 
 
+def test_the_feed_shows_each_top_candidates_basis_and_nothing_for_version_1() -> None:
+    v2 = orjson.loads(ranking("j1-att-1", CANDS))
+    v2["schema_version"] = 2
+    for c in v2["candidates"]:
+        c["basis"] = {"evidence": "ran_elsewhere", "estimate": "model", "prior": "A100-80GB", "ratio": 1.83}
+    v2["candidates"][2]["basis"] = {"evidence": "none", "estimate": "cold_start"}
+    agg = Aggregator()
+    agg.add("ranking", Ranking.from_dict(v2).encode(), NOW)
+    agg.add("ranking", ranking("j1-att-2", CANDS), NOW)
+    old, new = build_summary(agg, NOW + 1)["feed"]
+    assert [c["basis"] for c in new["top"]] == [
+        {"evidence": "ran_elsewhere", "estimate": "model", "prior_hardware": "A100-80GB", "ratio": 1.83}] * 2 + [
+        {"evidence": "none", "estimate": "cold_start", "prior_hardware": None, "ratio": None}]
+    assert [c["basis"] for c in old["top"]] == [None] * 3
+
+
 def test_counts_coverage_fallback_and_share() -> None:
     agg = Aggregator()
     agg.add("ranking", ranking("j1-att-1", CANDS), NOW)

@@ -131,3 +131,54 @@ def test_schema_accepts_what_code_accepts_and_rejects_what_it_rejects() -> None:
     finish_schema = json.loads((SCHEMAS / "job_finish.schema.json").read_text())
     jsonschema.validate(orjson.loads(orjson.dumps(finish_dict("j", "e", 1.7e9, "T4", None, outcome="failed"))),
                         finish_schema)
+
+
+# ---------------------------------------------------------------- rankings: version 2 adds each candidate's basis
+
+
+def ranking_dict(version: int, basis: dict[str, object] | None) -> dict[str, object]:
+    candidate: dict[str, object] = {"hardware": "H100-SXM", "predicted_throughput": 800.0, "lower": 600.0,
+                                    "upper": 1000.0, "hourly_cost": 80.0, "throughput_per_dollar": 36000.0,
+                                    "rank": 1, "reason": None}
+    if basis is not None:
+        candidate["basis"] = basis
+    return {"schema_version": version, "event_id": "rank:s", "event_time": 1.8e9, "job_key": "j", "attempt_id": "a",
+            "submission_event_id": "s", "submission_time": 1.8e9, "model_version": "m", "candidates": [candidate],
+            "best_hardware": "H100-SXM", "features_used": {}, "fallback": None, "latency_ms": 1.0}
+
+
+BASIS = {"evidence": "ran_elsewhere", "estimate": "model", "prior": "A100-80GB", "ratio": 1.6}
+
+
+def test_a_version_2_ranking_carries_a_basis_per_candidate_and_round_trips() -> None:
+    ranking = Ranking.from_dict(ranking_dict(2, BASIS))
+    assert ranking.candidates[0]["basis"]["prior"] == "A100-80GB"
+    assert Ranking.decode(ranking.encode()) == ranking
+    with pytest.raises(EventError, match="basis: required from schema version 2"):
+        Ranking.from_dict(ranking_dict(2, None))
+    with pytest.raises(EventError, match=r"candidates\[0\].basis.evidence"):
+        Ranking.from_dict(ranking_dict(2, {**BASIS, "evidence": "rumour"}))
+    with pytest.raises(EventError, match=r"basis.ratio: must be >= 0"):
+        Ranking.from_dict(ranking_dict(2, {**BASIS, "ratio": -1.0}))
+    never_ran = {"evidence": "none", "estimate": "lookup"}  # no prior, no ratio: left out, and decoded as sent
+    assert Ranking.from_dict(ranking_dict(2, never_ran)).candidates[0]["basis"] == never_ran
+
+
+def test_the_decoder_still_accepts_a_version_1_ranking_without_basis() -> None:
+    ranking = Ranking.from_dict(ranking_dict(1, None))
+    assert ranking.schema_version == 1 and ranking.candidates[0].get("basis") is None
+    versions = (Ranking.VERSION, sorted(Ranking.SUPPORTED_VERSIONS), sorted(Submission.SUPPORTED_VERSIONS))
+    assert versions == (2, [1, 2], [1])
+    with pytest.raises(EventError, match="unknown_schema_version"):
+        Submission.from_dict(submission_dict("j", 1, schema_version=2))  # only rankings moved to version 2
+
+
+def test_a_reader_of_version_1_reads_every_field_it_knows_from_a_version_2_ranking() -> None:
+    """The version-1 schema, as published before the basis, accepts a version-2 ranking but for its
+    version number: the basis only adds a field, none changed meaning or type."""
+    v1 = json.loads((Path(__file__).parent / "data" / "ranking.v1.schema.json").read_text())
+    event = orjson.loads(Ranking.from_dict(ranking_dict(2, BASIS)).encode())
+    errors = list(jsonschema.Draft202012Validator(v1).iter_errors(event))
+    assert [list(e.path) for e in errors] == [["schema_version"]]
+    jsonschema.validate({**event, "schema_version": 1}, v1)
+    jsonschema.validate(event, json.loads((SCHEMAS / "ranking.schema.json").read_text()))

@@ -277,7 +277,13 @@ def test_rerank_shadow_report(settings: Settings, worker: WorkerProcess, rds: re
         # the worker ran the lookup table: re-ranking with it on the recorded features reproduces it
         assert report["models"]["lookup"]["top1_agreement"] == 1.0
         assert report["models"]["lookup"]["accuracy"] == report["old"]["accuracy"]
-    assert "acc@10" in result.stdout and "transfer" in result.stdout
+        assert report["models"]["lookup"]["basis"] == report["old"]["basis"]
+    for block in [report["old"]["basis"], *(m["basis"] for m in report["models"].values())]:
+        assert sum(block["evidence"].values()) == sum(block["estimate"].values()) == 12 * len(subs[0].candidates)
+    # the evidence is the job's history, whichever model predicts; every job here has some
+    assert report["models"]["transfer"]["basis"]["evidence"] == report["models"]["lookup"]["basis"]["evidence"]
+    assert "none" not in report["models"]["lookup"]["basis"]["evidence"]
+    assert "acc@10" in result.stdout and "transfer" in result.stdout and "basis: share of candidates" in result.stdout
 
     unknown = invoke(settings, "rerank", "--model", "v-does-not-exist", "--from", frm)
     assert unknown.exit_code == 2 and "v-does-not-exist" in unknown.output

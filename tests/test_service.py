@@ -94,6 +94,7 @@ def test_unknown_hardware_is_listed_unranked_with_its_reason(store: FeatureStore
     assert ranking.candidates[2] == {
         "hardware": "Quantum-9000", "predicted_throughput": None, "lower": None, "upper": None,
         "hourly_cost": None, "throughput_per_dollar": None, "rank": None, "reason": UNKNOWN_HARDWARE,
+        "basis": {"evidence": "none", "estimate": "none"},  # no history, and no estimate for an unknown part
     }
     assert ranking.fallback == UNKNOWN_HARDWARE
 
