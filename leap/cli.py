@@ -199,6 +199,10 @@ def demo(
     attempts_per_day: Annotated[float, typer.Option(min=1, help="Simulated submission rate per day.")] = 5000.0,
     model: Annotated[str, typer.Option(help="auto (promoted LightGBM, trained first if none), lookup, or a version.")]
     = "auto",
+    capacity: Annotated[bool, typer.Option(
+        help="Place live attempts within the fleet's pools (fleet/data/capacity.toml); the report plays both.")] = True,
+    price_schedule: Annotated[str, typer.Option(
+        help="Prices the workers rank with and live placements pay: list | flat (negotiated).")] = "list",
 ) -> None:
     """Bring everything up and run the scheduler simulator against the live workers."""
     from leap.demo import run_demo
@@ -206,7 +210,7 @@ def demo(
     if summary_json is not None and not summary_json.parent.exists():
         raise fail(f"{summary_json.parent}: folder does not exist")
     try:
-        summary = run_demo(duration, rate, seed, warmup, deadline_ms, attempts_per_day, model)
+        summary = run_demo(duration, rate, seed, warmup, deadline_ms, attempts_per_day, model, capacity, price_schedule)
     except LookupError as exc:
         raise fail(str(exc)) from None
     text = orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode()
