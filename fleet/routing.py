@@ -19,7 +19,6 @@ noise favours none); waits are reported apart.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -201,17 +200,3 @@ def side_by_side(records: Sequence[Record], schedules: dict[str, dict[str, float
     return [scenario(records, prices, cap, name)
             for cap in (capacity, None) for name, prices in schedules.items()]
 
-
-def placed_within_bounds(outcomes: Sequence[Outcome], capacity: FleetCapacity) -> bool:
-    """Whether no pool ever held more than its accelerators (a sweep over starts and ends)."""
-    events: dict[str, list[tuple[float, int]]] = {}
-    for o in outcomes:
-        end = o.decision.start + o.record.seconds(o.decision.hardware)
-        events.setdefault(o.decision.hardware, []).extend([(o.decision.start, o.record.n), (end, -o.record.n)])
-    for hw, evs in events.items():
-        level = 0
-        for _, delta in sorted(evs, key=lambda e: (e[0], e[1])):  # ends before starts at one instant
-            level += delta
-            if level > capacity.pools.get(hw, 0) and not math.isinf(capacity.pools.get(hw, 0)):
-                return False
-    return True
