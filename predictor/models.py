@@ -46,6 +46,12 @@ class ThroughputModel(ABC):
     def _fit(self, rows: Rows, y: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Model-specific learning; baselines that only read features learn nothing here."""
 
+    def trained_hardware(self) -> frozenset[str] | None:
+        """Hardware types the model learned from, or None when it learns nothing per type (a
+        baseline's estimate is its medians: no median, no estimate). A type outside the set is
+        ranked from its catalogue specs alone (:data:`predictor.ranking.SPECS_ONLY`)."""
+        return None
+
     def predict(self, rows: Rows) -> np.ndarray:
         """Per-accelerator throughput (samples/s); NaN where the model cannot tell."""
         return np.exp(self._predict_log(rows))
