@@ -195,13 +195,8 @@ def price_settings(settings: Settings, schedule: str) -> Settings:
     return replace(settings, prices_file=path)
 
 
-def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: float,
-             attempts_per_day: float, model: str = "auto", capacity: bool = True,
-             price_schedule: str = "list") -> dict[str, Any]:
-    if price_schedule not in PRICE_SCHEDULES:
-        raise LookupError(f"unknown price schedule {price_schedule!r}; choose one of: {', '.join(PRICE_SCHEDULES)}")
-    base = Settings.from_env()
-    settings = price_settings(base, price_schedule)
+def prepare(settings: Settings, model: str) -> None:
+    """Services, topics and a served model with its trees compiled."""
     t0 = time.monotonic()
     console.print("[bold]services[/] ...")
     stack.up(settings)
@@ -210,6 +205,17 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
     version = ensure_model(settings, model)
     console.print(f"model in use: [bold]{version}[/]")
     compile_before_serving(settings, version)
+
+
+def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: float,
+             attempts_per_day: float, model: str = "auto", capacity: bool = True,
+             price_schedule: str = "list") -> dict[str, Any]:
+    if price_schedule not in PRICE_SCHEDULES:
+        raise LookupError(f"unknown price schedule {price_schedule!r}; choose one of: {', '.join(PRICE_SCHEDULES)}")
+    base = Settings.from_env()
+    settings = price_settings(base, price_schedule)
+    t0 = time.monotonic()
+    prepare(settings, model)
     catalogue = load_catalogue(base)
     schedules = {name: schedule_prices(name, catalogue) for name in PRICE_SCHEDULES}
     pools = load_capacity(catalogue).scaled(attempts_per_day)
