@@ -137,7 +137,9 @@ def coverage(
     console.print(f"{result['attempts']} attempts over {days} days in {time.monotonic() - t0:.1f}s")
     for w in result["weeks"]:
         console.print(f"week {w['week']:2d}: learned {w['eligible_hours_ranked_share']:.3f}  "
-                      f"lookup {w['lookup_rankable_hours_share']:.3f}  ({w['routable_hours']:.0f} h)")
+                      f"lookup {w['lookup_rankable_hours_share']:.3f}  "
+                      f"by model type {w['lookup_model_type_only_share']:.3f}  "
+                      f"({w['routable_hours']:.0f} h)")
     if plot is not None:
         plot_coverage(result, str(plot))
     if json_out is not None:

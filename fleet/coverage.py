@@ -9,9 +9,9 @@ on their part. Then, for each routable attempt, in time order:
 * **learned**: the part had a finished attempt (any job) before the last nightly training — the
   served model has learned it (before that, a new part is ranked from its specs only, which is
   not counted here);
-* **lookup-rankable**: the lookup table had a median for the part at that moment: a finished,
-  measured attempt of the same model type or family on it (the medians are updated on every
-  finish).
+* **lookup-rankable**: the lookup table had a median for the part at that moment: a finished
+  attempt of the same model type or family on it (the medians are updated on every finish);
+  and, apart, by model type only (a table without the family fallback).
 
 Both are weighed by the attempt's accelerator-hours and reported per week.
 """
@@ -111,13 +111,15 @@ def weekly_coverage(outcomes: list[Outcome], start: float) -> list[dict[str, Any
         if o.record.pinned:
             continue
         hw, hours = o.decision.hardware, o.hours
-        row = weeks.setdefault(day // 7, [0.0, 0.0, 0.0])
+        row = weeks.setdefault(day // 7, [0.0, 0.0, 0.0, 0.0])
         row[0] += hours
         row[1] += hours * (day >= 1 and hw in trained)  # no model before the first night
         row[2] += hours * ((sub.model_type, hw) in medians or (sub.family or sub.model_type, hw) in medians)
+        row[3] += hours * ((sub.model_type, hw) in medians)
     return [{"week": w, "routable_hours": h, "eligible_hours_ranked_share": learned / h if h else 0.0,
-             "lookup_rankable_hours_share": lookup / h if h else 0.0}
-            for w, (h, learned, lookup) in sorted(weeks.items())]
+             "lookup_rankable_hours_share": lookup / h if h else 0.0,
+             "lookup_model_type_only_share": by_type / h if h else 0.0}
+            for w, (h, learned, lookup, by_type) in sorted(weeks.items())]
 
 
 def coverage_over_months(cfg: CoverageConfig, capacity: FleetCapacity, catalogue: Catalogue) -> dict[str, Any]:
@@ -142,13 +144,14 @@ def plot_coverage(result: dict[str, Any], path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.plot(x, [w["eligible_hours_ranked_share"] for w in weeks], label="learned prediction")
     ax.plot(x, [w["lookup_rankable_hours_share"] for w in weeks], label="lookup table could rank")
+    ax.plot(x, [w["lookup_model_type_only_share"] for w in weeks], label="lookup by model type only", ls="--")
     for part, day in result["launches"].items():
         ax.axvline(day / 7, color="grey", lw=0.5, ls=":")
         ax.text(day / 7, 0.02, part, rotation=90, fontsize=7, color="grey")
     ax.set_xlabel("week")
     ax.set_ylabel("share of routable accelerator-hours")
     ax.set_ylim(0, 1.02)
-    ax.legend(loc="lower right")
+    ax.legend(loc="center right")
     ax.set_title("Placements covered, simulated half year")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

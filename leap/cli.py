@@ -211,7 +211,7 @@ def what_if(
         raise fail(f"{len(read.refusals)} invalid line(s); nothing was ranked")
     if not read.submissions:
         raise fail(f"{file}: no submissions. Fix: write one JSON object per line")
-    rankings = WhatIf(services_needed(kafka=False, redis=True)).rank(read.submissions)
+    rankings = WhatIf(services_needed(redis=True)).rank(read.submissions)
     for ranking in rankings:
         print(ranking.encode().decode())
     console.print(f"ranked {len(rankings)} hypothetical submission(s) with {rankings[0].model_version}; "

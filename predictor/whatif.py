@@ -2,10 +2,10 @@
 
 Capacity planning asks questions a submission must not answer: "what if this job moved to 16
 accelerators", "what would this new part be worth to the jobs we run". :class:`WhatIf` ranks such
-configurations with the model the predictors serve (the registry's current version) and the
-features the store holds now, in this process: nothing is published to any topic and nothing is
-written to the store, so the job's history, its rankings and the fleet's metrics stay as they
-were. ``leap what-if FILE.jsonl`` is the same from the command line.
+configurations with the model the predictors serve (the newest announcement on the models
+topic, which they follow) and the features the store holds now, in this process: nothing is
+published to any topic and nothing is written to the store, so the job's history, its rankings
+and the fleet's metrics stay as they were. ``leap what-if FILE.jsonl`` is the same from the command line.
 
 It is not a method of :class:`streams.client.SchedulerClient`: ranking needs the model and the
 feature store, which live on floors above the client's (``streams`` < ``features`` <
@@ -20,6 +20,7 @@ from core.hardware import Catalogue, load_catalogue
 from core.settings import Settings
 from features.store import open_store
 from predictor.registry import Registry
+from predictor.reload import ModelFollower
 from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
 from streams.events import Ranking, Submission
 
@@ -30,7 +31,7 @@ class WhatIf:
     Parameters
     ----------
     settings
-        Redis, key prefix and registry of the running system.
+        Kafka (the model announcements), Redis and key prefix of the running system.
     catalogue
         Specs and prices; default :func:`core.hardware.load_catalogue` (its price and operator
         files included, as the workers read them).
@@ -41,12 +42,15 @@ class WhatIf:
         self.catalogue = catalogue
 
     def served_model(self) -> ActiveModel:
-        """The registry's current model, as the predictors follow it (the lookup fallback when none)."""
-        registry = Registry(self.settings.registry_dir)
-        version = registry.current()
-        if version is None:
-            return lookup_fallback()
-        return ActiveModel(registry.load(version), version)
+        """The newest announced model, found and loaded as predictors follow it
+        (:class:`predictor.reload.ModelFollower`), without compiling its trees; the lookup
+        fallback when none was announced."""
+        follower = ModelFollower(self.settings, Registry(self.settings.registry_dir), ModelHolder(lookup_fallback()))
+        try:
+            ann = follower.latest()
+            return ActiveModel(follower.load(ann), ann.model_version) if ann is not None else lookup_fallback()
+        finally:
+            follower.stop()
 
     def rank(self, submissions: Sequence[Submission]) -> list[Ranking]:
         """One ranking per submission, in order; reads the store, writes and publishes nothing."""
