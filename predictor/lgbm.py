@@ -277,9 +277,6 @@ class LightGBMThroughput(ThroughputModel):
 
     # ------------------------------------------------------------------ estimator
 
-    def trained_hardware(self) -> frozenset[str] | None:
-        return frozenset(self.hardware_specs_)
-
     def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None = None) -> LightGBMThroughput:
         """Fit both stages and calibrate the blend, the trust and the band.
 
