@@ -169,3 +169,13 @@ def test_pinning_is_per_job_and_near_its_share() -> None:
     keys = [f"job-{i}" for i in range(4000)]
     assert np.mean([CAPACITY.pinned(k) for k in keys]) == pytest.approx(CAPACITY.pinned_share, abs=0.03)
     assert all(CAPACITY.pinned(k) == CAPACITY.pinned(k) for k in keys[:50])
+
+
+def test_a_schedule_written_as_a_price_file_is_what_workers_rank_with(tmp_path: Path) -> None:
+    from core.hardware import Catalogue
+    from fleet.capacity import write_price_file
+
+    flat = schedule_prices("flat", CAT)
+    path = write_price_file(flat, tmp_path / "prices-flat.csv", "flat schedule")
+    loaded = Catalogue.load(prices=path)
+    assert {hw.name: hw.price_per_hour for hw in loaded} == pytest.approx(flat, abs=1e-4)
