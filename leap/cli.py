@@ -215,7 +215,7 @@ def what_if(
     for ranking in rankings:
         print(ranking.encode().decode())
     console.print(f"ranked {len(rankings)} hypothetical submission(s) with {rankings[0].model_version}; "
-                  "nothing published")
+                  "nothing published", soft_wrap=True)
 
 
 @app.command()
