@@ -4,9 +4,10 @@ The row builder reads the specs (:data:`SPEC_FEATURES`), the ranking reads the p
 simulator reads both, so all of them see the same numbers. Specs live in
 ``core/data/hardware.toml``; prices there are list prices and can be overridden by a CSV
 (``hardware,price_per_hour,source``) passed to :meth:`Catalogue.load`, or named by
-``Settings.prices_file`` (``LEAP_PRICES_FILE``) for :func:`load_catalogue`. Workers call
-:meth:`Catalogue.reload_prices_if_changed` now and then so that a new price file takes effect
-without a restart.
+``Settings.prices_file`` (``LEAP_PRICES_FILE``) for :func:`load_catalogue`. A fleet adds its own
+parts and aliases with an operator file (``LEAP_HARDWARE_FILE``, :mod:`core.operator_hardware`).
+Workers call :meth:`Catalogue.reload_prices_if_changed` now and then so that a new price or
+operator file takes effect without a restart.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import re
 import threading
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from core.operator_hardware import read_operator_file
 from core.settings import Settings
 
 #: Numeric specs used as model features, in a fixed order.
@@ -191,25 +193,53 @@ class Catalogue:
 
     types: dict[str, HardwareType]
     prices_path: Path | None = None
+    hardware_path: Path | None = None
     _base: dict[str, HardwareType] = field(default_factory=dict, repr=False)
+    _package: dict[str, HardwareType] = field(default_factory=dict, repr=False)
     _index: dict[str, str] = field(default_factory=dict, repr=False)
     _resolved: dict[str, str | None] = field(default_factory=dict, repr=False)
     _prices_mtime: float | None = field(default=None, repr=False)
+    _hardware_mtime: float | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         if not self._base:
             self._base = dict(self.types)
-        self._index = {}
-        for hw in self._base.values():
-            for spelling in (hw.name, *hw.aliases):
-                key = normalise(spelling)
-                owner = self._index.setdefault(key, hw.name)
-                if owner != hw.name:
-                    raise ValueError(f"alias {spelling!r} names both {owner} and {hw.name}")
+        if not self._package:
+            self._package = dict(self._base)
+        self._index = _index_of(self._base)
+
+    def _merge_operator_file(self) -> None:
+        """Rebuild the base types from the package's and the operator file's (``types`` is the
+        caller's to swap, with the prices applied, so readers never see list prices meanwhile)."""
+        assert self.hardware_path is not None
+        mtime = self.hardware_path.stat().st_mtime
+        extra = read_operator_file(self.hardware_path, {f.name for f in fields(HardwareType)})
+        base = dict(self._package)
+        for raw in extra.parts:
+            hw = _parse_entry(raw)
+            if hw.name in base or normalise(hw.name) in _index_of(base):
+                raise ValueError(f"{self.hardware_path}: [[hardware]] {hw.name!r} is already a part of the "
+                                 "catalogue; give its other names with [[alias]] and its price with LEAP_PRICES_FILE")
+            base[hw.name] = hw
+        index = _index_of(base)
+        for part, names, line in extra.aliases:
+            owner = index.get(normalise(part))
+            if owner is None:
+                raise ValueError(f"{self.hardware_path}:{line}: [[alias]] field 'hardware': {part!r} is no part "
+                                 "of the catalogue or of this file")
+            for name in names:
+                taken = index.setdefault(normalise(name), owner)
+                if taken != owner:
+                    raise ValueError(f"{self.hardware_path}:{line}: [[alias]] field 'names': {name!r} already "
+                                     f"names {taken}")
+            base[owner] = replace(base[owner], aliases=(*base[owner].aliases, *names))
+        self._base, self._index = base, index
+        self._resolved = {}  # a name unknown before may name a new part now
+        self._hardware_mtime = mtime
 
     @classmethod
-    def load(cls, path: Path | None = None, prices: Path | None = None) -> Catalogue:
+    def load(cls, path: Path | None = None, prices: Path | None = None, hardware: Path | None = None) -> Catalogue:
         """Load the catalogue.
 
         Parameters
@@ -219,6 +249,8 @@ class Catalogue:
         prices
             Optional price-override CSV; None keeps the list prices (:func:`load_catalogue`
             passes ``Settings.prices_file``).
+        hardware
+            Optional operator file of extra parts and aliases (``Settings.hardware_file``).
 
         Returns
         -------
@@ -232,7 +264,10 @@ class Catalogue:
             if hw.name in types:
                 raise ValueError(f"hardware type {hw.name!r} defined twice")
             types[hw.name] = hw
-        cat = cls(types=types, prices_path=prices)
+        cat = cls(types=types, prices_path=prices, hardware_path=hardware)
+        if hardware is not None:
+            cat._merge_operator_file()
+            cat.types = dict(cat._base)
         if prices is not None:
             cat._apply_prices()
         return cat
@@ -255,24 +290,36 @@ class Catalogue:
         self._prices_mtime = mtime
 
     def reload_prices_if_changed(self) -> bool:
-        """Re-read the price-override file if its modification time changed.
+        """Re-read the price-override and operator files if either's modification time changed.
 
         Returns
         -------
         bool
-            True when new prices were applied.
+            True when new prices or parts were applied.
+
+        Raises
+        ------
+        ValueError
+            A changed file is invalid; the catalogue keeps what it had.
         """
-        if self.prices_path is None:
-            return False
         with self._lock:
-            try:
-                mtime = self.prices_path.stat().st_mtime
-            except FileNotFoundError:
-                return False
-            if mtime == self._prices_mtime:
-                return False
-            self._apply_prices()
-            return True
+            hardware = _mtime(self.hardware_path)
+            prices = _mtime(self.prices_path)
+            changed = False
+            if hardware is not None and hardware != self._hardware_mtime:
+                kept = (self._base, self._index, self.types)
+                try:
+                    self._merge_operator_file()
+                except ValueError:
+                    self._base, self._index, self.types = kept
+                    raise
+                changed = True
+            if prices is not None and (changed or prices != self._prices_mtime):
+                self._apply_prices()
+                changed = True
+            elif changed:
+                self.types = dict(self._base)
+            return changed
 
     def resolve(self, name: str) -> HardwareType | None:
         """Find a type by canonical name or alias (case, space and punctuation ignored).
@@ -291,7 +338,7 @@ class Catalogue:
         # canonical name; prices may change on reload, so look the type up fresh each time.
         canonical = self._resolved.get(name, "")
         if canonical != "":
-            return self.types[canonical] if canonical is not None else None
+            return self.types.get(canonical) if canonical is not None else None
         key = normalise(name)
         canonical = self._index.get(key)
         if canonical is None:
@@ -306,7 +353,7 @@ class Catalogue:
             canonical = self._index.get(stripped)
         if len(self._resolved) < 10_000:  # bounded: names come from outside
             self._resolved[name] = canonical
-        return self.types[canonical] if canonical is not None else None
+        return self.types.get(canonical) if canonical is not None else None
 
     def canonical(self, name: str) -> str:
         """The canonical name of ``name`` (any spelling); names the catalogue lacks come back unchanged."""
@@ -329,8 +376,27 @@ class Catalogue:
         return iter(self.types.values())
 
 
+def _index_of(types: dict[str, HardwareType]) -> dict[str, str]:
+    """Normalised spelling -> canonical name; a spelling naming two types is an error."""
+    index: dict[str, str] = {}
+    for hw in types.values():
+        for spelling in (hw.name, *hw.aliases):
+            owner = index.setdefault(normalise(spelling), hw.name)
+            if owner != hw.name:
+                raise ValueError(f"alias {spelling!r} names both {owner} and {hw.name}")
+    return index
+
+
+def _mtime(path: Path | None) -> float | None:
+    try:
+        return path.stat().st_mtime if path is not None else None
+    except FileNotFoundError:
+        return None
+
+
 def load_catalogue(settings: Settings | None = None) -> Catalogue:
-    """The default catalogue (``core/data/hardware.toml`` + ``settings.prices_file``), loaded once.
+    """The default catalogue (``core/data/hardware.toml`` + ``settings.prices_file`` and
+    ``settings.hardware_file``), loaded once.
 
     Parameters
     ----------
@@ -343,9 +409,10 @@ def load_catalogue(settings: Settings | None = None) -> Catalogue:
         The same object on every call with the same price file, so that a reload of its prices
         is seen by every holder.
     """
-    return _catalogue_for((settings if settings is not None else Settings.from_env()).prices_file)
+    settings = settings if settings is not None else Settings.from_env()
+    return _catalogue_for(settings.prices_file, settings.hardware_file)
 
 
 @lru_cache(maxsize=4)
-def _catalogue_for(prices: Path | None) -> Catalogue:
-    return Catalogue.load(prices=prices)
+def _catalogue_for(prices: Path | None, hardware: Path | None) -> Catalogue:
+    return Catalogue.load(prices=prices, hardware=hardware)

@@ -102,6 +102,9 @@ class Settings:
         ``LEAP_REDIS_URL`` it is the local cluster's first node.
     prices_file
         Optional CSV of hourly prices overriding the catalogue's list prices (``LEAP_PRICES_FILE``).
+    hardware_file
+        Optional TOML of the fleet's own parts and aliases added to the catalogue
+        (``LEAP_HARDWARE_FILE``, :mod:`core.operator_hardware`).
     archive_dir
         History archive folder (``LEAP_ARCHIVE_DIR``); None means ``home / "archive"``, see
         :attr:`archive_root`. Kept unresolved so that a copy with another ``home`` follows it.
@@ -138,6 +141,7 @@ class Settings:
     topic_partitions: int = DEFAULT_TOPIC_PARTITIONS
     topic_replication: int = -1
     prices_file: Path | None = None
+    hardware_file: Path | None = None
     archive_dir: Path | None = None
     archive_flush_events: int = DEFAULT_ARCHIVE_FLUSH_EVENTS
     archive_flush_seconds: float = DEFAULT_ARCHIVE_FLUSH_SECONDS
@@ -173,6 +177,7 @@ class Settings:
             kafka_from_env=bool(env.get("LEAP_KAFKA_BOOTSTRAP")),
             redis_from_env=bool(env.get("LEAP_REDIS_URL")),
             prices_file=Path(env["LEAP_PRICES_FILE"]) if env.get("LEAP_PRICES_FILE") else None,
+            hardware_file=Path(env["LEAP_HARDWARE_FILE"]) if env.get("LEAP_HARDWARE_FILE") else None,
             archive_dir=Path(env["LEAP_ARCHIVE_DIR"]) if env.get("LEAP_ARCHIVE_DIR") else None,
             archive_flush_events=_number(env, "LEAP_ARCHIVE_FLUSH_EVENTS", int, defaults.archive_flush_events),
             archive_flush_seconds=_number(env, "LEAP_ARCHIVE_FLUSH_SECONDS", float, defaults.archive_flush_seconds),
@@ -211,6 +216,8 @@ class Settings:
             env["LEAP_REDIS_CA_FILE"] = str(self.redis_ca_file)
         if self.prices_file is not None:
             env["LEAP_PRICES_FILE"] = str(self.prices_file)
+        if self.hardware_file is not None:
+            env["LEAP_HARDWARE_FILE"] = str(self.hardware_file)
         if self.archive_dir is not None:
             env["LEAP_ARCHIVE_DIR"] = str(self.archive_dir)
         return env

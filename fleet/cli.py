@@ -116,3 +116,31 @@ def history(
             f"{h.prior_share:.1%} have a measured prior attempt, {h.changed_share:.1%} run a changed "
             f"configuration; written to {out}"
         )
+
+
+@app.command()
+def coverage(
+    days: Annotated[int, typer.Option(min=14, help="Simulated days.")] = 182,
+    attempts_per_day: Annotated[float, typer.Option(min=50, help="Attempts per simulated day.")] = 600.0,
+    seed: Annotated[int, typer.Option(help="Fleet seed.")] = 3,
+    plot: Annotated[Path | None, typer.Option(help="Write the weekly shares as a PNG here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the weekly series as JSON here.")] = None,
+) -> None:
+    """Coverage over months: accelerator-hours placed with a learned prediction vs the lookup table."""
+    from core.hardware import load_catalogue
+    from fleet.capacity import load_capacity
+    from fleet.coverage import CoverageConfig, coverage_over_months, plot_coverage
+
+    cat = load_catalogue()
+    t0 = time.monotonic()
+    result = coverage_over_months(CoverageConfig(days, attempts_per_day, seed), load_capacity(cat), cat)
+    console.print(f"{result['attempts']} attempts over {days} days in {time.monotonic() - t0:.1f}s")
+    for w in result["weeks"]:
+        console.print(f"week {w['week']:2d}: learned {w['eligible_hours_ranked_share']:.3f}  "
+                      f"lookup {w['lookup_rankable_hours_share']:.3f}  "
+                      f"by model type {w['lookup_model_type_only_share']:.3f}  "
+                      f"({w['routable_hours']:.0f} h)")
+    if plot is not None:
+        plot_coverage(result, str(plot))
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=2) + "\n")

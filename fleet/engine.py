@@ -110,6 +110,9 @@ class Attempt:
     default_hardware
         Where default routing puts it: the requested part (the team's usual one), or the team's
         next choice when that one is busy (:data:`P_DEFAULT_ROUTE`).
+    preference
+        The team's order over the parts that run the job, the requested part first: where a
+        scheduler that models capacity tries them (:mod:`fleet.routing`).
     """
 
     submission: Submission
@@ -117,6 +120,7 @@ class Attempt:
     job_factor: float
     work_samples: float
     default_hardware: str = ""
+    preference: tuple[str, ...] = ()
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -292,7 +296,8 @@ class Fleet:
             oracle = {self.hw.names[h]: float(jobs.oracle[j, h]) for h in np.flatnonzero(jobs.eligible[j])}
             choice = 0 if u[i, 5] < P_DEFAULT_ROUTE else 1 + k % (jobs.preference.shape[1] - 1)
             default = self.hw.names[int(jobs.preference[j, choice])]
-            out.append(Attempt(sub, oracle, float(jobs.factor[j]), float(jobs.work[j]), default))
+            preference = tuple(dict.fromkeys(self.hw.names[int(h)] for h in jobs.preference[j]))
+            out.append(Attempt(sub, oracle, float(jobs.factor[j]), float(jobs.work[j]), default, preference))
             req = int(jobs.requested[j])
             end = (
                 t

@@ -190,6 +190,36 @@ def submit(
                            "runs (`leap worker predictor` or `all`), or wait longer with --timeout", code=1)
 
 
+@app.command("what-if")
+def what_if(
+    file: Annotated[Path, typer.Argument(help="JSON lines, one hypothetical submission per line ('-' = stdin).")],
+) -> None:
+    """Rank hypothetical configurations with the served model and today's features.
+
+    Lines are written as for `leap submit` (schema_version, event_id and event_time may be left
+    out). Nothing is published and nothing is written to the feature store: the jobs' history
+    and rankings stay as they were. Prints one ranking per line as JSON.
+    """
+    from leap.submit import read_submissions
+    from predictor.whatif import WhatIf
+
+    if str(file) != "-" and not file.is_file():
+        raise fail(f"{file}: no such file. Fix: give a file of JSON lines, or '-' to read standard input")
+    lines = sys.stdin.read().splitlines() if str(file) == "-" else file.read_text().splitlines()
+    read = read_submissions(lines)
+    if read.refusals:
+        for refusal in read.refusals:
+            console.print(refusal, markup=False, highlight=False, style="red", soft_wrap=True)
+        raise fail(f"{len(read.refusals)} invalid line(s); nothing was ranked")
+    if not read.submissions:
+        raise fail(f"{file}: no submissions. Fix: write one JSON object per line")
+    rankings = WhatIf(services_needed(redis=True)).rank(read.submissions)
+    for ranking in rankings:
+        print(ranking.encode().decode())
+    console.print(f"ranked {len(rankings)} hypothetical submission(s) with {rankings[0].model_version}; "
+                  "nothing published", soft_wrap=True)
+
+
 @app.command()
 def demo(
     duration: Annotated[float, typer.Option(min=1, help="Seconds of live traffic.")] = 60.0,
@@ -201,6 +231,10 @@ def demo(
     attempts_per_day: Annotated[float, typer.Option(min=1, help="Simulated submission rate per day.")] = 5000.0,
     model: Annotated[str, typer.Option(help="auto (promoted LightGBM, trained first if none), lookup, or a version.")]
     = "auto",
+    capacity: Annotated[bool, typer.Option(
+        help="Place live attempts within the fleet's pools (fleet/data/capacity.toml); the report plays both.")] = True,
+    price_schedule: Annotated[str, typer.Option(
+        help="Prices the workers rank with and live placements pay: list | flat (negotiated).")] = "list",
 ) -> None:
     """Bring everything up and run the scheduler simulator against the live workers."""
     from leap.demo import run_demo
@@ -208,7 +242,7 @@ def demo(
     if summary_json is not None and not summary_json.parent.exists():
         raise fail(f"{summary_json.parent}: folder does not exist")
     try:
-        summary = run_demo(duration, rate, seed, warmup, deadline_ms, attempts_per_day, model)
+        summary = run_demo(duration, rate, seed, warmup, deadline_ms, attempts_per_day, model, capacity, price_schedule)
     except LookupError as exc:
         raise fail(str(exc)) from None
     text = orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode()

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from core.hardware import load_catalogue
 from core.settings import Settings
+from fleet.capacity import PRICE_SCHEDULES, load_capacity, schedule_prices, write_price_file
 from fleet.engine import Fleet
 from fleet.scheduler import SchedulerSimulator
 from services import stack
@@ -168,27 +169,42 @@ def compile_before_serving(settings: Settings, version: str) -> None:
     console.print(f"trees of {version} compiled (or found cached) in {time.monotonic() - t0:.1f}s")
 
 
-def _table(sim: SchedulerSimulator, elapsed: float, duration: float) -> Table:
-    s = sim.summary()
+def _table(sim: SchedulerSimulator, elapsed: float, duration: float, final: dict[str, Any] | None = None) -> Table:
+    s = final if final is not None else sim.summary()
     t = Table(title=f"LEAP demo — {elapsed:.0f}/{duration:.0f} s", show_header=False)
     rows = [
         ("submissions", f"{s['submissions']}"),
         ("rankings (in time / late)", f"{s['ranked_in_time']} / {s['late_rankings']}"),
         ("coverage (accelerator-hours)", f"{s['coverage']:.4f}"),
         ("latency p50 / p99", f"{s['p50_ms'] or 0:.1f} / {s['p99_ms'] or 0:.1f} ms"),
-        ("savings vs default routing", f"{s['savings_vs_default']:+.2%}"),
-        ("savings vs lookup routing", f"{s['savings_vs_lookup']:+.2%}"),
-        ("cost overrun vs oracle", f"{s['cost_overrun_vs_oracle']:+.2%}"),
+        ("pinned attempts (not submitted)", f"{s['pinned_attempts_live']}"),
+        ("live queue wait p50 / p99",
+         f"{s['live_queue_wait_p50_s'] / 60:.0f} / {s['live_queue_wait_p99_s'] / 60:.0f} min"),
         ("finishes published", f"{s['finishes_published']}"),
     ]
+    for scenario in s.get("side_by_side", []):
+        name = f"capacity {'on' if scenario['capacity'] else 'off'}, {scenario['price_schedule']} prices"
+        rows.append((name, f"savings vs default {scenario['savings_vs_default']:+.1%}, vs lookup "
+                     f"{scenario['savings_vs_lookup']:+.1%}, "
+                     f"overrun vs oracle {scenario['cost_overrun_vs_oracle']:+.1%}"))
     for k, v in rows:
         t.add_row(k, v)
     return t
 
 
-def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: float,
-             attempts_per_day: float, model: str = "auto") -> dict[str, Any]:
-    settings = Settings.from_env()
+def price_settings(settings: Settings, schedule: str) -> Settings:
+    """``settings`` whose workers rank with ``schedule``'s prices (a price file under the home)."""
+    from dataclasses import replace
+
+    if schedule == "list":
+        return settings
+    prices = schedule_prices(schedule, load_catalogue(settings))
+    path = write_price_file(prices, settings.home / f"prices-{schedule}.csv", f"{schedule} schedule (fleet.capacity)")
+    return replace(settings, prices_file=path)
+
+
+def prepare(settings: Settings, model: str) -> None:
+    """Services, topics and a served model with its trees compiled."""
     t0 = time.monotonic()
     console.print("[bold]services[/] ...")
     stack.up(settings)
@@ -197,7 +213,20 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
     version = ensure_model(settings, model)
     console.print(f"model in use: [bold]{version}[/]")
     compile_before_serving(settings, version)
-    catalogue = load_catalogue()
+
+
+def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: float,
+             attempts_per_day: float, model: str = "auto", capacity: bool = True,
+             price_schedule: str = "list") -> dict[str, Any]:
+    if price_schedule not in PRICE_SCHEDULES:
+        raise LookupError(f"unknown price schedule {price_schedule!r}; choose one of: {', '.join(PRICE_SCHEDULES)}")
+    base = Settings.from_env()
+    settings = price_settings(base, price_schedule)
+    t0 = time.monotonic()
+    prepare(settings, model)
+    catalogue = load_catalogue(base)
+    schedules = {name: schedule_prices(name, catalogue) for name in PRICE_SCHEDULES}
+    pools = load_capacity(catalogue).scaled(attempts_per_day)
     # A fresh job namespace per run: the demo's jobs never collide with an earlier run's.
     fleet = Fleet(seed=seed ^ (uuid.uuid4().int & 0xFFFFFFFF), attempts_per_day=attempts_per_day, catalogue=catalogue)
     inputs = (SUBMISSIONS.name, JOB_STARTS.name, JOB_FINISHES.name)
@@ -208,7 +237,9 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
         with SchedulerClient(settings) as client:
             wait_ready(client, fleet, procs)
             console.print(f"workers ready in {time.monotonic() - t0:.1f}s")
-            sim = SchedulerSimulator(client, fleet, catalogue, rate=rate, deadline_s=deadline_ms / 1000.0, seed=seed)
+            sim = SchedulerSimulator(client, fleet, catalogue, rate=rate, deadline_s=deadline_ms / 1000.0,
+                                     capacity=pools, limit=capacity, schedules=schedules,
+                                     schedule=price_schedule, seed=seed)
             if warmup:
                 events = sim.warm_up(warmup)
                 console.print(f"warm start: {events} start/finish events of {warmup} earlier attempts published")
@@ -238,7 +269,7 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
     summary["duration_s"] = duration
     summary["rate"] = rate
     summary["model_version"] = _model_version(sim)
-    console.print(_table(sim, duration, duration))
+    console.print(_table(sim, duration, duration, summary))
     return summary
 
 

@@ -56,8 +56,14 @@ def predictor_service(settings: Settings, store: FeatureStore, catalogue: Catalo
 
 
 def reload_prices(catalogue: Catalogue) -> None:
-    if catalogue.reload_prices_if_changed():
-        log.info("hourly prices reloaded from %s", catalogue.prices_path)
+    """Re-read the price and operator hardware files when they changed; a bad file is logged and
+    the catalogue keeps serving what it had (the next change is tried again)."""
+    try:
+        if catalogue.reload_prices_if_changed():
+            log.info("catalogue reloaded (prices %s, operator hardware %s): %d types",
+                     catalogue.prices_path, catalogue.hardware_path, len(catalogue))
+    except (OSError, ValueError) as exc:
+        log.error("catalogue not reloaded, keeping the previous one: %s", exc)
 
 
 def build(settings: Settings, role: str, archive: ArchiveConfig | None = None) -> faust.App:

@@ -89,6 +89,14 @@ class ThroughputModel(ABC):
     def _fit(self, rows: Rows, y: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Model-specific learning; baselines that only read features learn nothing here."""
 
+    def trained_hardware(self) -> frozenset[str] | None:
+        """Hardware types the model learned from (the ``hardware_specs_`` a model that learns per
+        type keeps), or None when it learns nothing per type (a baseline's estimate is its
+        medians: no median, no estimate). A type outside the set is ranked from its catalogue
+        specs alone (:data:`predictor.ranking.SPECS_ONLY`)."""
+        specs = getattr(self, "hardware_specs_", None)
+        return frozenset(specs) if specs else None
+
     def predict(self, rows: Rows) -> np.ndarray:
         """Per-accelerator throughput (samples/s); NaN where the model cannot tell."""
         return np.exp(self._predict_log(rows))

@@ -118,6 +118,24 @@ class AsServed(ThroughputModel):
         return self._served(rows)[1:3]
 
 
+#: Ranked, but the model never saw the part: its estimate rests on the catalogue specs (a part
+#: added by the fleet's operator file, core.operator_hardware).
+SPECS_ONLY = "ranked_from_specs"
+
+
+def specs_only_reasons(names: tuple[str, ...] | list[str], reasons: list[str | None],
+                       trained: frozenset[str] | None, catalogue: Catalogue) -> list[str | None]:
+    """``reasons`` with :data:`SPECS_ONLY` for known parts the model did not train on."""
+    if trained is None:
+        return reasons
+    out = list(reasons)
+    for i, name in enumerate(names):
+        hw = catalogue.resolve(name)
+        if out[i] is None and hw is not None and hw.name not in trained:
+            out[i] = SPECS_ONLY
+    return out
+
+
 @dataclass(frozen=True)
 class Priced:
     candidates: list[dict[str, Any]]

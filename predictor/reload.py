@@ -22,6 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from core.settings import Settings
 from predictor.compiled import CompiledTrees
 from predictor.lgbm import LightGBMThroughput
+from predictor.models import ThroughputModel
 from predictor.registry import ModelRecord, Registry
 from predictor.service import ActiveModel, ModelHolder
 from streams import metrics
@@ -113,10 +114,13 @@ class ModelFollower:
             self.bad_seen += 1
             return
         self.bad_seen = 0
+        self._follow(ann)
+
+    def _follow(self, ann: ModelAnnouncement) -> None:
         if ann.model_version == self.holder.active.version:
             return
         try:
-            model = self.registry.load(ann.model_version, Path(ann.artifact) if ann.artifact else None)
+            model = self.load(ann)
         except (LookupError, OSError, ValueError, KeyError) as exc:
             log.error("cannot load announced model %s: %s; keeping %s", ann.model_version, exc,
                       self.holder.active.version)
@@ -130,11 +134,11 @@ class ModelFollower:
                                               name="leap-compile-trees", daemon=True)
             self.compiling.start()
 
-    def catch_up(self, timeout: float = 30.0) -> None:
-        """Apply every announcement up to the current end of the topic."""
+    def _latest_raw(self, timeout: float) -> bytes | None:
+        """The newest announcement's bytes up to the current end of the topic."""
         ends = {p: high for (_, p), high in end_offsets(self.consumer, (MODELS.name,)).items()}
         if not any(ends.values()):
-            return
+            return None
         deadline = time.monotonic() + timeout
         positions = {p: 0 for p in ends}
         latest: bytes | None = None
@@ -144,8 +148,26 @@ class ModelFollower:
                     continue
                 positions[msg.partition() or 0] = (msg.offset() or 0) + 1
                 latest = msg.value()
-        if latest is not None:
-            self._apply(latest)  # only the newest matters: earlier ones were superseded
+        return latest
+
+    def latest(self, timeout: float = 30.0) -> ModelAnnouncement | None:
+        """The newest announcement up to the current end of the topic (None: none, or unreadable)."""
+        raw = self._latest_raw(timeout)
+        try:
+            return ModelAnnouncement.decode(raw) if raw is not None else None
+        except EventError as exc:
+            log.error("ignoring a bad model announcement: %s", exc)
+            return None
+
+    def load(self, ann: ModelAnnouncement) -> ThroughputModel:
+        """The announced model, from its artifact path or else the registry."""
+        return self.registry.load(ann.model_version, Path(ann.artifact) if ann.artifact else None)
+
+    def catch_up(self, timeout: float = 30.0) -> None:
+        """Apply the newest announcement up to the current end of the topic (earlier ones were superseded)."""
+        raw = self._latest_raw(timeout)
+        if raw is not None:
+            self._apply(raw)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -26,6 +26,7 @@ from predictor.ranking import (
     bound_by_peak,
     history_where_params_unknown,
     rank_candidates,
+    specs_only_reasons,
 )
 from streams.events import RANKING_SCHEMA_VERSION, Ranking, Submission, ranking_id
 
@@ -112,6 +113,7 @@ class RankingService:
             offset += n
             reasons: list[str | None] = [COLD_START if c else HISTORY_FALLBACK if h else PEAK_BOUND if b else None
                                          for c, h, b in zip(cold[span], from_history[span], cut[span], strict=True)]
+            reasons = specs_only_reasons(sub.candidates, reasons, active.model.trained_hardware(), self.catalogue)
             stand_ins = complete(sub, snap.config_model, snap.config_family)[1]  # field -> what stood in
             bases = candidate_bases(snap, rows, span, pred, estimate, stand_ins)
             priced = rank_candidates(

@@ -11,30 +11,36 @@ import pytest
 
 from core.hardware import load_catalogue
 from core.settings import Settings
+from fleet.capacity import PRICE_SCHEDULES, load_capacity, schedule_prices
 from fleet.engine import Fleet
-from fleet.scheduler import Placement, SchedulerSimulator, cost_per_sample, default_hardware, summarize
+from fleet.routing import Record
+from fleet.scheduler import Placement, SchedulerSimulator, summarize
 from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 
 CAT = load_catalogue()
+CAPACITY = load_capacity(CAT)
+SCHEDULES = {name: schedule_prices(name, CAT) for name in PRICE_SCHEDULES}
 
 
-def test_report_arithmetic_on_known_placements() -> None:
+def test_coverage_weighs_routable_attempts_by_their_hours() -> None:
     fleet = Fleet(seed=3)
-    attempts = [a for a in fleet.sample_attempts(200) if len(a.candidates) >= 3][:20]
+    rng = np.random.default_rng(0)
     placements = []
-    for a in attempts:
-        best = min(a.candidates, key=lambda h: cost_per_sample(a, h, CAT))
-        p = Placement(a, published_at=0.0, ranked_at=0.1, chosen=best, lookup_choice=default_hardware(a))
-        p.ranking = None  # counted as unranked: coverage must be 0
+    for i, a in enumerate(fleet.sample_attempts(40)):
+        p = Placement(a, published_at=0.0, record=Record(a, pinned=i % 4 == 3))
+        p.chosen = a.preference[0]
+        p.finish = fleet.run(a, p.chosen, rng).finish
+        if i % 2 == 0:
+            p.ranked_at = 0.1
+            p.ranking = object()  # type: ignore[assignment]  # only its presence is read
         placements.append(p)
-    report = summarize(placements, CAT, 500.0)
-    assert report["coverage"] == 0.0
-    assert report["cost_overrun_vs_oracle"] == pytest.approx(0.0, abs=1e-12)  # every pick was the best one
-    default = sum(a.work_samples * cost_per_sample(a, default_hardware(a), CAT) for a in attempts)
-    oracle = sum(a.work_samples * min(cost_per_sample(a, h, CAT) for h in a.candidates) for a in attempts)
-    assert report["savings_vs_default"] == pytest.approx(1 - oracle / default)
-    assert report["savings_vs_lookup"] == pytest.approx(1 - oracle / default)
+    report = summarize(placements, 500.0)
+    routable = [p for p in placements if p.record is not None and not p.record.pinned]
+    hours = sum(p.finish.accelerator_hours for p in routable if p.finish is not None)
+    ranked = sum(p.finish.accelerator_hours for p in routable if p.finish is not None and p.ranking is not None)
+    assert report["coverage"] == pytest.approx(ranked / hours)
+    assert report["attempts_placed"] == 40 and report["p50_ms"] == pytest.approx(100.0)
 
 
 def test_placements_respect_eligibility() -> None:
@@ -54,15 +60,20 @@ def test_stalled_predictor_means_default_routing_and_nothing_lost(settings: Sett
     os.kill(worker.proc.pid, signal.SIGSTOP)  # the predictor is there but answers nothing
     try:
         with SchedulerClient(settings) as client:
-            sim = SchedulerSimulator(client, fleet, CAT, rate=20, deadline_s=0.3, seed=1)
+            sim = SchedulerSimulator(client, fleet, CAT, rate=20, deadline_s=0.3, capacity=CAPACITY,
+                                     schedules=SCHEDULES, seed=1)
+            sim.warm_up(500)
             report = sim.run(3.0)
     finally:
         os.kill(worker.proc.pid, signal.SIGCONT)
-    assert report["submissions"] >= 50
-    assert report["attempts_placed"] == report["submissions"]  # nothing lost
+    assert report["submissions"] >= 25 and report["pinned_attempts_live"] >= 10
+    assert report["attempts_placed"] == report["submissions"] + report["pinned_attempts_live"]  # nothing lost
     assert report["ranked_in_time"] == 0 and report["coverage"] == 0.0
-    assert all(p.chosen == default_hardware(p.attempt) for p in sim.placements)
-    assert report["savings_vs_default"] == pytest.approx(0.0)
+    # unranked attempts follow default routing, in the same pools: LEAP's routing is default routing
+    assert report["capacity"] is True and report["price_schedule"] == "list"
+    assert report["savings_vs_default"] == pytest.approx(0.0, abs=1e-12)
+    assert report["eligible_hours_ranked_share"] == 0.0
+    assert {s["price_schedule"] for s in report["side_by_side"]} == set(PRICE_SCHEDULES)
 
 
 @pytest.mark.integration

@@ -1,0 +1,72 @@
+"""A part added through the operator file while a predictor runs is ranked by its next rankings."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from core.settings import Settings
+from predictor.ranking import COLD_START, UNKNOWN_HARDWARE
+from services.workers import WorkerProcess
+from streams.client import SchedulerClient
+from streams.events import Ranking
+from streams.topics import SUBMISSIONS, consumer_group, skip_to_end
+from tests.conftest import wait_until_ranking
+from tests.factories import CANDIDATES, submission
+from tests.test_operator_hardware import PART
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+#: The scheduler's name for the new part, as its drivers report it.
+NEW = "NVIDIA H20 96GB"
+
+
+@pytest.fixture
+def predictor(settings: Settings, topics: dict[str, str], tmp_path: Path) -> Iterator[tuple[WorkerProcess, Path]]:
+    """A predictor (its home's empty registry: the lookup fallback) reading an operator file
+    that starts with nothing in it."""
+    hardware = tmp_path / "fleet-hardware.toml"
+    hardware.write_text("# the fleet's parts\n")
+    skip_to_end(settings, consumer_group("predictor"), (SUBMISSIONS.name,))
+    ours = replace(settings, home=tmp_path, hardware_file=hardware)
+    proc = WorkerProcess(ours, "predictor", tmp_path / "predictor.log")
+    try:
+        wait_until_ranking(settings, proc)
+        yield proc, hardware
+    finally:
+        proc.stop()
+
+
+def rank_new_part(settings: Settings, job: str, i: int) -> dict[str, object]:
+    sub = submission(job, i, candidates=[*CANDIDATES, NEW])
+    with SchedulerClient(settings) as client:
+        client.publish(sub)
+        client.flush()
+        got = client.wait_for([sub.attempt_id], timeout=20)
+    ranking: Ranking = got[sub.attempt_id][0]
+    return next(c for c in ranking.candidates if c["hardware"] == NEW)
+
+
+def test_a_part_added_while_the_predictor_runs_is_ranked_next(
+        settings: Settings, predictor: tuple[WorkerProcess, Path]) -> None:
+    proc, hardware = predictor
+    job = f"opfile-{uuid.uuid4().hex[:8]}"
+    before = rank_new_part(settings, job, 0)
+    assert before["rank"] is None and before["reason"] == UNKNOWN_HARDWARE
+    hardware.write_text(PART.replace('name = "H20"', 'name = "H20"\naliases = ["NVIDIA H20 96GB"]'))
+    deadline = time.monotonic() + 75  # the predictor re-reads its files every 30 s
+    i = 1
+    after = rank_new_part(settings, job, i)
+    while after["rank"] is None and time.monotonic() < deadline:
+        time.sleep(3)
+        i += 1
+        after = rank_new_part(settings, job, i)
+    assert after["rank"] is not None, proc.log_tail()
+    # no history and no trained model: its estimate is the roofline of its catalogue specs
+    assert after["reason"] == COLD_START and after["hourly_cost"] == pytest.approx(3.10 * 8)
+    assert "catalogue reloaded" in proc.log_tail()
