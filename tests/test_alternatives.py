@@ -59,7 +59,8 @@ def _make(name: str) -> Any:
     if name.startswith("lm_") and hasattr(model, "max_rows"):
         model.max_rows = 128
     if name == "lm_finetuned":
-        model.max_epochs, model.learning_rates, model.batch = 1, (1e-5,), 8
+        tuned: Any = model
+        tuned.max_epochs, tuned.learning_rates, tuned.batch = 1, (1e-5,), 8
     return model
 
 

@@ -12,7 +12,7 @@ import pytest
 from core.hardware import load_catalogue
 from fleet.capacity import FleetCapacity, load_capacity, schedule_prices
 from fleet.engine import Draws, Fleet
-from fleet.pools import Cluster, Option, Pool
+from fleet.pools import Cluster, Decision, Option, Pool
 from fleet.routing import ROUTINGS, Outcome, Record, route, scenario
 
 CAT = load_catalogue()
@@ -83,19 +83,24 @@ def test_every_routing_sees_the_same_pools_and_queues_under_them() -> None:
     assert all(k == kept[0] for k in kept)
 
 
+def _placed(decision: Decision | None) -> Decision:
+    assert decision is not None
+    return decision
+
+
 def test_place_takes_room_waits_a_bounded_time_or_takes_the_next() -> None:
     cluster = Cluster({"A": 8, "B": 8}, max_wait_s=3600.0, wait_cost=1.0)
-    cluster.commit(cluster.place([Option("A", 0.0)], 8, 0.0, 1.0), seconds=1800.0, n=8)  # A full until 1800
+    cluster.commit(_placed(cluster.place([Option("A", 0.0)], 8, 0.0, 1.0)), seconds=1800.0, n=8)  # A full until 1800
     cheap_a = [Option("A", 10.0), Option("B", 100.0)]
-    d = cluster.place(cheap_a, 4, 0.0, waiting_hourly=1.0)  # waiting 0.5 h costs 0.5: worth it
+    d = _placed(cluster.place(cheap_a, 4, 0.0, waiting_hourly=1.0))  # waiting 0.5 h costs 0.5: worth it
     assert (d.hardware, d.start, d.wait_s) == ("A", 1800.0, 1800.0)
-    d = cluster.place(cheap_a, 4, 0.0, waiting_hourly=1000.0)  # waiting costs 500: take B now
+    d = _placed(cluster.place(cheap_a, 4, 0.0, waiting_hourly=1000.0))  # waiting costs 500: take B now
     assert (d.hardware, d.wait_s) == ("B", 0.0)
-    cluster.commit(cluster.place([Option("B", 0.0)], 8, 0.0, 1.0), seconds=10_000.0, n=8)  # B full long
+    cluster.commit(_placed(cluster.place([Option("B", 0.0)], 8, 0.0, 1.0)), seconds=10_000.0, n=8)  # B full long
     tight = Cluster({"A": 8, "B": 8}, max_wait_s=600.0, wait_cost=0.0)
-    tight.commit(tight.place([Option("A", 0.0)], 8, 0.0, 1.0), seconds=1800.0, n=8)
-    tight.commit(tight.place([Option("B", 0.0)], 8, 0.0, 1.0), seconds=900.0, n=8)
-    d = tight.place(cheap_a, 8, 0.0, 0.0)  # neither within 600 s: the one that starts first
+    tight.commit(_placed(tight.place([Option("A", 0.0)], 8, 0.0, 1.0)), seconds=1800.0, n=8)
+    tight.commit(_placed(tight.place([Option("B", 0.0)], 8, 0.0, 1.0)), seconds=900.0, n=8)
+    d = _placed(tight.place(cheap_a, 8, 0.0, 0.0))  # neither within 600 s: the one that starts first
     assert (d.hardware, d.wait_s) == ("B", 900.0)
     assert tight.place([Option("A", 0.0)], 16, 0.0, 0.0) is None  # bigger than the pool
 

@@ -160,7 +160,8 @@ def test_a_version_2_ranking_carries_a_basis_per_candidate_and_round_trips() -> 
         Ranking.from_dict(ranking_dict(2, {**BASIS, "evidence": "rumour"}))
     with pytest.raises(EventError, match=r"basis.ratio: must be >= 0"):
         Ranking.from_dict(ranking_dict(2, {**BASIS, "ratio": -1.0}))
-    never_ran = {"evidence": "none", "estimate": "lookup"}  # no prior, no ratio: left out, and decoded as sent
+    # no prior, no ratio: left out, and decoded as sent
+    never_ran: dict[str, object] = {"evidence": "none", "estimate": "lookup"}
     assert Ranking.from_dict(ranking_dict(2, never_ran)).candidates[0]["basis"] == never_ran
 
 

@@ -169,6 +169,7 @@ def test_finetuned_chooses_its_learning_rate_and_keeps_its_best_epoch(tiny: Exam
     best = min(report["runs"], key=lambda r: min(r["val_loss"]))
     assert report["lr"] == best["lr"]
     pretrained = minilm.load_params()
+    assert model.encoder_ is not None
     moved = np.abs(np.asarray(model.encoder_["layers"]["q_w"]) - np.asarray(pretrained["layers"]["q_w"])).max()
     assert (moved > 0) == (best["best_epoch"] > 0)  # the kept encoder is the best epoch's
     # The word-embedding matrix stays frozen by design (minilm_train).
