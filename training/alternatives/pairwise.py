@@ -28,6 +28,8 @@ import numpy as np
 
 from core.hardware import SPEC_FEATURES
 from features.rows import Rows
+from predictor.calibration import job_folds
+from predictor.models import residual_band
 from training.alternatives.preprocess import anchor
 
 #: Small and deterministic, as before. Categorical settings are lowered from LightGBM's defaults
@@ -80,6 +82,7 @@ class PairwiseLightGBM:
         self.min_data_in_leaf = min_data_in_leaf
         self.reference = reference
         self.seed = seed
+        self.band_: tuple[float, float] = (0.0, 0.0)
         self.vocab_: dict[str, dict[str, int]] = {}
         self.booster_: lgb.Booster | None = None
 
@@ -109,7 +112,23 @@ class PairwiseLightGBM:
         return np.column_stack(cols)
 
     def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None = None) -> Self:
-        """Fit on the rows with a prior elsewhere; ``groups`` is not used."""
+        """Fit on the rows with a prior elsewhere; with ``groups`` (job keys), the band comes from a
+        tenth of the jobs held out of a first fit, as the other models' bands do."""
+        self.band_ = (0.0, 0.0)
+        if groups is not None:
+            held = job_folds(np.asarray(groups), 10, self.seed) == 0
+            if held.any() and not held.all():
+                self._fit_booster({c: v[~held] for c, v in rows.items()}, np.asarray(y)[~held])
+                held_rows = {c: v[held] for c, v in rows.items()}
+                measured = np.log(np.asarray(y, dtype=np.float64)[held])
+                self.band_ = residual_band(measured - np.log(self.predict(held_rows)))
+        return self._fit_booster(rows, y)
+
+    def predict_band(self, pred: np.ndarray, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The band around predictions from :meth:`predict`: the held-out log residual's quantiles."""
+        return pred * np.exp(self.band_[0]), pred * np.exp(self.band_[1])
+
+    def _fit_booster(self, rows: Rows, y: np.ndarray) -> Self:
         if self.reference not in REFERENCES:
             raise ValueError(f"reference must be one of {REFERENCES}, got {self.reference!r}")
         prior = self._offset(rows)
