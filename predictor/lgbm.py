@@ -76,7 +76,6 @@ from predictor.models import (
     ThroughputModel,
     chain_estimates,
     first_finite,
-    paired_transfer_log,
 )
 from predictor.selector import fit_selectors, select, select_explained
 
@@ -95,6 +94,11 @@ FOLDS = 5
 #: The base model's column from :class:`predictor.learned_roofline.LearnedRoofline`.
 LEARNED_ROOFLINE = "log_learned_roofline"
 TARGETS = ("residual", "log", "raw")
+#: The feature groups each column of the gate's fallback is made from.
+FALLBACK_GROUPS: dict[str, tuple[str, ...]] = {
+    "transfer_paired_log": ("prior", "paired"), "transfer_log": ("prior", "lookup"),
+    "lookup_model_log": ("lookup",), "lookup_family_log": ("lookup",),
+}
 #: Out-of-fold rows: anchor, correction, measured throughput, evidence level, fallback estimate.
 _Outcome = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 BLENDS = ("chosen", "base", "paired")
@@ -328,7 +332,7 @@ class LightGBMThroughput(ThroughputModel):
         held_groups = np.asarray(groups)[held] if groups is not None else np.arange(int(held.sum()))
         select_fn = (lambda served: self._cross_selected(based, served, held_y, level, held_groups)) \
             if self.selectors else None
-        calibration = self._calibration(anchor, correction, held_y, level, paired_transfer_log(based), select_fn)
+        calibration = self._calibration(anchor, correction, held_y, level, self._fallback(based), select_fn)
         self.trust_by_evidence_, self.gate_, self.band_, self.band_by_evidence_, served = calibration
         widest = max(self.band_by_evidence_.values(), key=lambda b: b[1] - b[0])
         self.trust_new_type_, self.gate_new_type_, self.band_new_type_ = {}, {}, dict.fromkeys(EVIDENCE, widest)
@@ -400,7 +404,7 @@ class LightGBMThroughput(ThroughputModel):
             held_rows = subset(rows, held)
             based = part._with_base(held_rows)
             outcome.append((*part._anchor_and_correction(based), y[held], evidence_level(held_rows),
-                            paired_transfer_log(based)))
+                            part._fallback(based)))
         if not outcome:
             return None
         anchor, correction, fold_y, level, fallback = (np.concatenate(p) for p in zip(*outcome, strict=True))
@@ -544,10 +548,22 @@ class LightGBMThroughput(ThroughputModel):
         keep = np.where(self._is_new_type(based), restore(self.gate_new_type_, default=False)[level],
                         restore(self.gate_, default=False)[level])
         if estimate is None:
-            return gated(out, paired_transfer_log(based), keep), None
-        fallback, fallback_estimate = chain_estimates(based, PAIRED_TRANSFER_CHAIN)
+            return gated(out, self._fallback(based), keep), None
+        if not self._fallback_chain():
+            return out, estimate
+        fallback, fallback_estimate = chain_estimates(based, self._fallback_chain())
         # gated()'s rule, for the labels: the fallback's estimate where it is served
         return gated(out, fallback, keep), np.where(keep | np.isnan(fallback), estimate, fallback_estimate)
+
+    def _fallback_chain(self) -> tuple[str, ...]:
+        """The paired transfer's columns that the model's feature groups allow (an ablation that
+        drops the job's prior must not be served it through the gate)."""
+        return tuple(c for c in PAIRED_TRANSFER_CHAIN if set(FALLBACK_GROUPS[c]) <= set(self.feature_groups))
+
+    def _fallback(self, rows: Rows) -> np.ndarray:
+        """The gate's fallback estimate (:data:`predictor.models.PAIRED_TRANSFER_CHAIN`), NaN where none."""
+        chain = self._fallback_chain()
+        return first_finite(*(rows[c] for c in chain)) if chain else np.full(len(rows["hardware"]), np.nan)
 
     def _estimates(self, based: Rows, out: np.ndarray, corrected: np.ndarray) -> np.ndarray:
         """Before any selector: ``model`` where the correction was applied (trust may be 0), else
