@@ -15,6 +15,7 @@ import numpy as np
 from core.hardware import Catalogue
 from features.batch_rows import build_batch_rows
 from features.completion import complete
+from features.rows import Rows
 from features.store import FeatureStore
 from predictor.basis import candidate_bases
 from predictor.models import LookupTable, PairedTransfer, ThroughputModel
@@ -59,6 +60,27 @@ class ModelHolder:
         return previous
 
 
+def served_estimates(model: ThroughputModel, rows: Rows) -> tuple[np.ndarray, ...]:
+    """What is served per row: the model's prediction and band and each row's estimate label, with
+    the cold-start roofline where the model has none, the paired transfer where the parameter count
+    is unknown, and the part's peak as the ceiling. Returns ``pred, lower, upper, estimate`` and the
+    masks ``cold``, ``from_history``, ``cut`` (which of those three applied)."""
+    pred, estimate = model.predict_explained(rows)
+    lower, upper = model.predict_band(pred, rows)
+    cold = np.isnan(pred) & np.isfinite(rows["log_roofline"])
+    if cold.any():
+        roofline = np.exp(rows["log_roofline"][cold])
+        pred[cold] = roofline
+        lower[cold] = roofline * COLD_START_BAND[0]
+        upper[cold] = roofline * COLD_START_BAND[1]
+        estimate[cold] = "cold_start"
+    pred, lower, upper, from_history = history_where_params_unknown(pred, lower, upper, rows)
+    if from_history.any():  # the paired transfer stood in: say which of its columns answered
+        estimate = np.where(from_history, PairedTransfer().predict_explained(rows)[1], estimate)
+    pred, lower, upper, cut = bound_by_peak(pred, lower, upper, rows)
+    return pred, lower, upper, estimate, cold, from_history, cut
+
+
 def lookup_fallback() -> ActiveModel:
     """What the predictor runs when the registry has no promoted model yet."""
     return ActiveModel(LookupTable(), "lookup-0", NO_TRAINED_MODEL)
@@ -91,19 +113,7 @@ class RankingService:
         active = self.holder.active
         snaps = self.store.read(subs)
         rows = build_batch_rows(subs, snaps, self.catalogue)
-        pred, estimate = active.model.predict_explained(rows)
-        lower, upper = active.model.predict_band(pred, rows)
-        cold = np.isnan(pred) & np.isfinite(rows["log_roofline"])
-        if cold.any():
-            roofline = np.exp(rows["log_roofline"][cold])
-            pred[cold] = roofline
-            lower[cold] = roofline * COLD_START_BAND[0]
-            upper[cold] = roofline * COLD_START_BAND[1]
-            estimate[cold] = "cold_start"
-        pred, lower, upper, from_history = history_where_params_unknown(pred, lower, upper, rows)
-        if from_history.any():  # the paired transfer stood in: say which of its columns answered
-            estimate = np.where(from_history, PairedTransfer().predict_explained(rows)[1], estimate)
-        pred, lower, upper, cut = bound_by_peak(pred, lower, upper, rows)
+        pred, lower, upper, estimate, cold, from_history, cut = served_estimates(active.model, rows)
 
         out: list[Ranking] = []
         offset = 0
