@@ -134,12 +134,13 @@ def _join(thread: threading.Thread) -> None:
         raise errors[0]
 
 
-def _features_settle(rig: Rig, work: Workload) -> None:
-    """Wait until the workers' features equal a clean pass (assert with the difference if not)."""
+def _features_settle(rig: Rig, work: Workload, with_submissions: bool = False) -> None:
+    """Wait until the workers' features equal a clean pass (assert with the difference if not);
+    ``with_submissions`` once the submissions were published (they feed the configuration aggregates)."""
     client, prefix = rig.redis.client(), rig.settings.key_prefix
-    clean = f"{prefix}-clean"
+    clean = f"{prefix}-clean" + ("-submitted" if with_submissions else "")
     if not dump(client, clean):
-        clean_pass(client, clean, work)
+        clean_pass(client, clean, work, with_submissions)
     want = dump(client, clean)
 
     def equal() -> bool:
@@ -177,7 +178,7 @@ def run_phases(rig: Rig, work: Workload, during_features: Callable[[], None] | N
     print(f"{work.run}: {len(ids)} submissions ranked, {duplicates} duplicate rankings, "
           f"longest wait {worst:.1f} s")
     assert duplicates == 0, f"{duplicates} duplicate rankings for a read_committed reader"
-    _features_settle(rig, work)  # nothing moved meanwhile
+    _features_settle(rig, work, with_submissions=True)  # nothing else moved meanwhile
     rig.check_no_crash()
 
 
