@@ -164,7 +164,8 @@ def bench_soak(settings: Settings, minutes: float = 30.0, rate: float = 500.0, b
     scoped = replace(settings, home=home, key_prefix=prefix)
     workers: dict[str, WorkerProcess] = {}
     letters_before = sum(end_offsets_of(settings, DEAD_LETTER.name))
-    roles = {"features": (JOB_STARTS.name, JOB_FINISHES.name), "predictor": (SUBMISSIONS.name,)}
+    # the feature workers read submissions too (the configuration aggregates)
+    roles = {"features": (JOB_STARTS.name, JOB_FINISHES.name, SUBMISSIONS.name), "predictor": (SUBMISSIONS.name,)}
     try:
         seed_store(store, w)
         for role, topics in roles.items():

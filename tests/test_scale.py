@@ -46,7 +46,7 @@ HARDWARE = ("H100-SXM", "A100-80GB", "MI300X", "L4")
 def scale_settings(settings: Settings, run_id: str) -> Settings:
     """The shared broker and Redis, under a key prefix of this test alone."""
     scaled = replace(settings, key_prefix=f"scale-{run_id}")
-    skip_to_end(scaled, consumer_group("features"), (JOB_STARTS.name, JOB_FINISHES.name))
+    skip_to_end(scaled, consumer_group("features"), (JOB_STARTS.name, JOB_FINISHES.name, SUBMISSIONS.name))
     skip_to_end(scaled, consumer_group("predictor"), (SUBMISSIONS.name,))
     return scaled
 
