@@ -130,13 +130,13 @@ def test_the_gate_serves_the_paired_transfer_where_the_model_was_not_shown_bette
         closed = np.where(new, not model.gate_new_type_.get(name, False), not model.gate_[name])
         closed &= (level == k) & np.isfinite(fallback)
         np.testing.assert_allclose(served[closed], fallback[closed])
-    saved = dict(model.gate_)
+    saved = dict(model.gate_), dict(model.gate_new_type_)
     try:
-        model.gate_ = dict.fromkeys(EVIDENCE, False)
+        model.gate_ = model.gate_new_type_ = dict.fromkeys(EVIDENCE, False)
         has = np.isfinite(fallback)
         np.testing.assert_allclose(model.predict(holdout.rows)[has], fallback[has])
     finally:
-        model.gate_ = saved
+        model.gate_, model.gate_new_type_ = saved
 
 
 def test_distinct_rows_are_predicted_once_with_the_same_result(trained: tuple[LightGBMThroughput, Examples]) -> None:
