@@ -120,8 +120,8 @@ def _wait_applied(rds: redis.Redis, prefix: str, jobs: list[str], per_job: int, 
     raise AssertionError(f"features not applied within {timeout}s: {counts}")
 
 
-@pytest.mark.xfail(reason="errored in setup on the merged code of 2026-12-05 (cause not yet identified; the "
-                   "feature group now also reads submissions)", strict=False)
+@pytest.mark.xfail(reason="known: errored in setup with UNKNOWN_MEMBER_ID, a skip_to_end on a group that the "
+                   "session's `leap worker all` has joined (its predictor loop now joins leap-predictor)", strict=False)
 def test_workers_join_and_leave_while_events_flow(scale_settings: Settings, pool: Workers, rds: redis.Redis,
                                                   run_id: str) -> None:
     for name, role in (("f1", "features"), ("f2", "features"), ("p1", "predictor"), ("p2", "predictor")):
