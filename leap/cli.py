@@ -157,19 +157,9 @@ def submit(
 
     A line may leave out schema_version, event_id and event_time: they are filled in (and shown).
     """
-    from leap.submit import read_submissions
     from streams.client import SchedulerClient
 
-    if str(file) != "-" and not file.is_file():
-        raise fail(f"{file}: no such file. Fix: give a file of JSON lines, or '-' to read standard input")
-    lines = sys.stdin.read().splitlines() if str(file) == "-" else file.read_text().splitlines()
-    read = read_submissions(lines)
-    if read.refusals:
-        for refusal in read.refusals:
-            console.print(refusal, markup=False, highlight=False, style="red", soft_wrap=True)
-        raise fail(f"{len(read.refusals)} invalid submission(s); nothing was published")
-    if not read.submissions:
-        raise fail(f"{file}: no submissions. Fix: write one JSON object per line")
+    read = _read_submissions_file(file, "nothing was published")
     for number, filled in read.filled:
         console.print(f"line {number}: filled in " + ", ".join(f"{k}={v}" for k, v in filled.items()),
                       markup=False, highlight=False, soft_wrap=True)
@@ -190,6 +180,24 @@ def submit(
                            "runs (`leap worker predictor` or `all`), or wait longer with --timeout", code=1)
 
 
+def _read_submissions_file(file: Path, refused: str) -> Any:
+    """Submissions from a JSON-lines file ('-': standard input); every refused line printed, then
+    the command stops (``refused`` says what did not happen), as it does for an empty file."""
+    from leap.submit import read_submissions
+
+    if str(file) != "-" and not file.is_file():
+        raise fail(f"{file}: no such file. Fix: give a file of JSON lines, or '-' to read standard input")
+    lines = sys.stdin.read().splitlines() if str(file) == "-" else file.read_text().splitlines()
+    read = read_submissions(lines)
+    if read.refusals:
+        for refusal in read.refusals:
+            console.print(refusal, markup=False, highlight=False, style="red", soft_wrap=True)
+        raise fail(f"{len(read.refusals)} invalid line(s); {refused}")
+    if not read.submissions:
+        raise fail(f"{file}: no submissions. Fix: write one JSON object per line")
+    return read
+
+
 @app.command("what-if")
 def what_if(
     file: Annotated[Path, typer.Argument(help="JSON lines, one hypothetical submission per line ('-' = stdin).")],
@@ -200,19 +208,9 @@ def what_if(
     out). Nothing is published and nothing is written to the feature store: the jobs' history
     and rankings stay as they were. Prints one ranking per line as JSON.
     """
-    from leap.submit import read_submissions
     from predictor.whatif import WhatIf
 
-    if str(file) != "-" and not file.is_file():
-        raise fail(f"{file}: no such file. Fix: give a file of JSON lines, or '-' to read standard input")
-    lines = sys.stdin.read().splitlines() if str(file) == "-" else file.read_text().splitlines()
-    read = read_submissions(lines)
-    if read.refusals:
-        for refusal in read.refusals:
-            console.print(refusal, markup=False, highlight=False, style="red", soft_wrap=True)
-        raise fail(f"{len(read.refusals)} invalid line(s); nothing was ranked")
-    if not read.submissions:
-        raise fail(f"{file}: no submissions. Fix: write one JSON object per line")
+    read = _read_submissions_file(file, "nothing was ranked")
     rankings = WhatIf(services_needed(redis=True)).rank(read.submissions)
     for ranking in rankings:
         print(ranking.encode().decode())
