@@ -43,7 +43,7 @@ def _await_members(settings: Settings, members: int, timeout: float) -> float:
     """Seconds until the predictor group has ``members`` members."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        if group_members(settings, consumer_group("predictor")) == members:
+        if group_members(settings, consumer_group(settings, "predictor")) == members:
             return time.monotonic() - t0
         time.sleep(0.5)
     raise RuntimeError(f"the predictor group did not reach {members} members within {timeout:.0f} s")
@@ -124,7 +124,7 @@ def bench_scale(settings: Settings, duration: float = 10.0, window: int = 400, r
                 one = run_once(client, collector, w.submissions, 0, duration, window, 10.0)
                 say(f"one worker: {one['rankings_per_s']:.0f} rankings/s")
                 add()
-                joined_s = _await_members(settings, 2, startup_timeout)
+                joined_s = _await_members(scoped, 2, startup_timeout)
                 time.sleep(2.0)  # let the second worker finish its first fetches
                 two = run_once(client, collector, w.submissions, 0, duration, window, 10.0)
                 say(f"two workers: {two['rankings_per_s']:.0f} rankings/s")

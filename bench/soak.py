@@ -101,7 +101,7 @@ def _settled_lags(settings: Settings, roles: dict[str, tuple[str, ...]], wait: f
     """Each group's lag once its last commit landed (workers commit every second), or after ``wait`` s."""
     deadline = time.time() + wait
     while True:
-        lags = {role: group_lag(settings, consumer_group(role), topics) for role, topics in roles.items()}
+        lags = {role: group_lag(settings, consumer_group(settings, role), topics) for role, topics in roles.items()}
         if not any(lags.values()) or time.time() > deadline:
             return lags
         time.sleep(1.0)
@@ -169,10 +169,10 @@ def bench_soak(settings: Settings, minutes: float = 30.0, rate: float = 500.0, b
     try:
         seed_store(store, w)
         for role, topics in roles.items():
-            skip_to_end(settings, consumer_group(role), topics)  # a backlog of other runs is not this load
+            skip_to_end(scoped, consumer_group(scoped, role), topics)  # a backlog of other runs is not this load
             workers[role] = WorkerProcess(scoped, role, home / f"{role}.log")
         out, _, answered, samples = _drive(settings, w, workers, minutes, rate, bad_share, sample_s)
-        lags = _settled_lags(settings, roles)
+        lags = _settled_lags(scoped, roles)
         alive = {name: proc.alive() for name, proc in workers.items()}
     finally:
         for proc in workers.values():

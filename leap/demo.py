@@ -256,7 +256,7 @@ def run_demo(duration: float, rate: float, seed: int, warmup: int, deadline_ms: 
                 summary = sim.run(duration, log_line)
             # Stop only once the feature worker has applied everything published, so the live
             # state equals a replay of the topics (`leap replay rebuild-features`).
-            lag = wait_caught_up(settings, consumer_group("features"), (JOB_STARTS.name, JOB_FINISHES.name))
+            lag = wait_caught_up(settings, consumer_group(settings, "features"), (JOB_STARTS.name, JOB_FINISHES.name))
             if lag:
                 console.print(f"[yellow]feature worker still {lag} events behind when stopping[/]")
     finally:

@@ -56,12 +56,13 @@ HOUSEKEEPING_EVERY_S = 30.0
 
 @dataclass(frozen=True)
 class Routes:
-    """Where the loop reads and writes: the LEAP topics and the predictor's group (tests use their own)."""
+    """Where the loop reads and writes: the LEAP topics and the predictor's group (tests use their
+    own; ``None``: the deployment's, :func:`consumer_group`)."""
 
     submissions: str = SUBMISSIONS.name
     rankings: str = RANKINGS.name
     dead_letter: str = DEAD_LETTER.name
-    group: str = consumer_group("predictor")
+    group: str | None = None
 
 
 def consumer_config(settings: Settings, group: str) -> dict[str, Any]:
@@ -122,14 +123,15 @@ class ConfluentPredictor:
         self.service = service
         self.housekeeping = housekeeping
         self.routes = routes or Routes()
-        self.consumer = Consumer({**consumer_config(settings, self.routes.group), **(consumer_overrides or {}),
+        self.group = self.routes.group or consumer_group(settings, "predictor")
+        self.consumer = Consumer({**consumer_config(settings, self.group), **(consumer_overrides or {}),
                                   **client_logging()})
         self.revocations = 0  # partitions revoked or lost so far (rebalances seen by this member)
         self.assigned: set[tuple[str, int]] = set()
         self.output: Output
         if settings.exactly_once:
             self.output = ExactlyOnce(settings, self.consumer, self.assigned,
-                                      f"{self.routes.group}-{worker_identity(settings, self.routes.group)}")
+                                      f"{self.group}-{worker_identity(settings, self.group)}")
         else:
             self.output = AtLeastOnce(settings, self.consumer, self.assigned)
         self.stopping = False

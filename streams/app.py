@@ -135,7 +135,7 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
     _read_committed()
     (settings.home / "faust").mkdir(parents=True, exist_ok=True)  # Faust makes only the last folder
     app = faust.App(
-        consumer_group(role),
+        consumer_group(settings, role),
         broker=[f"kafka://{hp}" for hp in settings.kafka_bootstrap.split(",")],
         broker_credentials=_credentials(settings),
         store="memory://",

@@ -57,9 +57,14 @@ READ_COMMITTED: dict[str, str] = {"isolation.level": "read_committed"}
 CURRENT_MODEL_KEY = b"current"
 
 
-def consumer_group(role: str) -> str:
-    """The consumer group of a worker role (each role is its own group)."""
-    return f"leap-{role}"
+def consumer_group(settings: Settings, role: str) -> str:
+    """The consumer group of a worker role: each role is its own group, named after the
+    deployment's key prefix (``leap-predictor`` by default).
+
+    A deployment is its key prefix: two that share a broker but not a store (a benchmark's or a
+    test's scratch prefix beside the default one) must not split each other's partitions, or
+    one would rank submissions from the other's features. Each gets every submission instead."""
+    return f"{settings.key_prefix}-{role}"
 
 
 #: The broker's default ``group.min.session.timeout.ms``, seconds: assumed when it cannot be asked.

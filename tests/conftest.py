@@ -139,8 +139,8 @@ def worker(
     """
     from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS, consumer_group, skip_to_end
 
-    skip_to_end(settings, consumer_group("all"), (JOB_STARTS.name, JOB_FINISHES.name, SUBMISSIONS.name))
-    skip_to_end(settings, consumer_group("predictor"), (SUBMISSIONS.name,))  # the predictor of `all`
+    skip_to_end(settings, consumer_group(settings, "all"), (JOB_STARTS.name, JOB_FINISHES.name, SUBMISSIONS.name))
+    skip_to_end(settings, consumer_group(settings, "predictor"), (SUBMISSIONS.name,))  # the predictor of `all`
     home = tmp_path_factory.mktemp("worker")
     proc = WorkerProcess(replace(settings, home=home), "all", home / "worker.log")
     try:

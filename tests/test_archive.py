@@ -101,7 +101,7 @@ def skip_archiver_backlog(settings: Settings) -> None:
     """Start the archiver group at the topics' ends: on a long-lived broker, whatever other runs
     published since the group's last commit (tens of thousands of rankings after a soak) would
     otherwise be read first and outlast the waits below."""
-    skip_to_end(settings, consumer_group("archiver"), (SUBMISSIONS.name, JOB_STARTS.name, JOB_FINISHES.name,
+    skip_to_end(settings, consumer_group(settings, "archiver"), (SUBMISSIONS.name, JOB_STARTS.name, JOB_FINISHES.name,
                                                        RANKINGS.name))
 
 
