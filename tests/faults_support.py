@@ -141,7 +141,8 @@ def fresh_groups(settings: Settings, roles: Sequence[str] = ("features", "predic
     for role in roles:
         for attempt in range(60):  # topics just created have no leader for a moment
             try:
-                skip_to_end(settings, consumer_group(settings, role), (SUBMISSIONS.name, JOB_STARTS.name, JOB_FINISHES.name))
+                skip_to_end(settings, consumer_group(settings, role),
+                            (SUBMISSIONS.name, JOB_STARTS.name, JOB_FINISHES.name))
                 break
             except KafkaException:
                 if attempt == 59:
