@@ -15,6 +15,7 @@ from core.hardware import load_catalogue
 from predictor.lgbm import evidence_level
 from predictor.models import PriorTransfer
 from training import measurements as m
+from training.alternatives.pairwise import PairwiseLightGBM
 from training.dataset import read_history
 from training.train import fit_model
 
@@ -129,10 +130,21 @@ def test_any_estimator_plugs_in_on_identical_rows(small: Path) -> None:
         assert a["fit_s"] >= 0 and a["predict_us_per_row"] > 0
 
 
+def test_every_registered_model_takes_the_run_seed_as_its_seed() -> None:
+    """A factory is called with the run's seed as its one argument (``--seed 1``): it must land in
+    the model's ``seed``, never in its first parameter (that made 1-leaf trees and a crash)."""
+    for name, make in m.REGISTRY.items():
+        model = make(7)
+        params = model.get_params() if hasattr(model, "get_params") else {}
+        if "seed" in params:
+            assert params["seed"] == 7, name
+            assert [k for k, v in params.items() if v == 7 and k != "seed"] == [], name
+
+
 def test_pairwise_model_needs_a_prior_elsewhere(small: Path) -> None:
     t, th = m.load_history(small)
     fold = m.make_fold(th, next(iter(m.folds(t, "config_fold", 0))), load_catalogue())
-    pred = m.PairwiseLightGBM().fit(fold.train.rows, fold.train.y, fold.train.job_key).predict(fold.test.rows)
+    pred = PairwiseLightGBM().fit(fold.train.rows, fold.train.y, fold.train.job_key).predict(fold.test.rows)
     cold = fold.test.rows["prior_other_n"] == 0
     assert np.isnan(pred[cold]).all() and np.isfinite(pred[~cold]).all()
 

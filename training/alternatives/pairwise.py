@@ -16,7 +16,7 @@ the paired ratio where there is one), the anchor one more input. Not carried ove
 with the transfer baseline for workloads without training pairs (its inner
 leave-one-workload-out).
 
-``training.measurements.pairwise`` re-exports it (``leap evaluate-measurements`` runs it by default).
+``leap evaluate-measurements`` runs it by default.
 """
 
 from __future__ import annotations

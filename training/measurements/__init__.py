@@ -29,8 +29,6 @@ Modules, each importing only those before it:
     configurations and the protocols' folds.
 :mod:`~training.measurements.history`
     the table as history (:func:`to_history`) and as an archive folder (:func:`write_history`).
-:mod:`~training.measurements.pairwise`
-    the pairwise LightGBM the command scored before, as one alternative on rows.
 :mod:`~training.measurements.estimators`
     the estimator contract, the served model's parameters, the registry of models by name.
 :mod:`~training.measurements.runner`
@@ -53,7 +51,6 @@ from training.measurements.estimators import (
 )
 from training.measurements.history import TableHistory, to_history, write_history
 from training.measurements.pairs import N_FOLDS, PROTOCOLS, config_ids, configuration_ids, folds
-from training.measurements.pairwise import PairwiseLightGBM
 from training.measurements.protocol import evaluate, load_history
 from training.measurements.runner import PRIMARY, Fold, make_fold, run_protocol, score_model
 from training.measurements.table import (
@@ -82,7 +79,6 @@ __all__ = [
     "IntArray",
     "MeasurementError",
     "ModelFactory",
-    "PairwiseLightGBM",
     "ServedModel",
     "Table",
     "TableHistory",

@@ -24,7 +24,6 @@ from features.rows import Rows
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import BASELINES, ThroughputModel
 from training.alternatives import ALTERNATIVES
-from training.measurements.pairwise import PairwiseLightGBM
 
 
 class Estimator(Protocol):
@@ -75,7 +74,6 @@ def _baseline(cls: type[ThroughputModel]) -> Callable[[int], ThroughputModel]:
 REGISTRY: dict[str, Callable[[int], Estimator | ThroughputModel]] = {
     "lightgbm": ServedModel,
     **{name: _baseline(cls) for name, cls in BASELINES.items()},
-    "pairwise_lightgbm": PairwiseLightGBM,
 }
 REGISTRY.update({name: make for name, make in ALTERNATIVES.items() if name not in REGISTRY})
 #: What ``--models`` means by default: the served model, every baseline and the old pairwise model.
