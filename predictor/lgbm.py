@@ -43,7 +43,6 @@ import lightgbm as lgb
 import numpy as np
 
 from features.rows import CATEGORICAL, GROUPS, PAIR_COLUMNS, Rows, hardware_table, with_hardware
-from predictor.artifact import artifact_state, load_artifact
 from predictor.boosting import (
     CATEGORY_SETTINGS,
     FEW_ROWS_CATEGORY_SETTINGS,
@@ -77,7 +76,7 @@ from predictor.models import (
     chain_estimates,
     first_finite,
 )
-from predictor.selector import fit_selectors, select, select_explained
+from predictor.selector import PREFIX, fit_selectors, select, select_explained
 
 __all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidence_level"]
 
@@ -594,9 +593,28 @@ class LightGBMThroughput(ThroughputModel):
         return pred * np.exp(lo), pred * np.exp(hi)
 
     # ------------------------------------------------------------------ persistence (no pickle)
+    # The boosters travel as LightGBM's text models beside the state (``model_texts``, saved by
+    # :class:`predictor.registry.Registry`); everything else the model learned is in ``state``.
+    # Keys added later are read with defaults, so artifacts saved before them still load.
 
     def state(self) -> dict[str, Any]:
-        return {**super().state(), **artifact_state(self)}
+        """What the model learned besides its boosters, as JSON-able data."""
+        return {**super().state(), **self._learned_state()}
+
+    def _learned_state(self) -> dict[str, Any]:
+        return {
+            "params": self.get_params(), "features": self.features_, "vocab": self.vocab_,
+            "band_by_evidence": {k: list(v) for k, v in self.band_by_evidence_.items()},
+            "trust_by_evidence": dict(self.trust_by_evidence_), "size": self.size_,
+            "trust_new_type": dict(self.trust_new_type_), "gate": dict(self.gate_),
+            "gate_new_type": dict(self.gate_new_type_), "model_types": sorted(self.model_types_),
+            "band_new_type": {k: list(v) for k, v in self.band_new_type_.items()}, "categories": self.categories_,
+            # JSON has no infinity: None means the base model's ratio alone
+            "blend_k": self.blend_k_ if np.isfinite(self.blend_k_) else None,
+            "blend_k_new_type": self.blend_k_new_type_ if np.isfinite(self.blend_k_new_type_) else None,
+            "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
+            "roofline": self.roofline_.state() if self.roofline_ is not None else None,
+        }
 
     def model_texts(self) -> dict[str, str]:
         """LightGBM text models by name (``main``; ``base`` and the selectors when there are some)."""
@@ -608,4 +626,30 @@ class LightGBMThroughput(ThroughputModel):
     def from_artifact(cls, state: dict[str, Any], texts: dict[str, str]) -> LightGBMThroughput:
         params = dict(state["params"])
         params["feature_groups"] = tuple(params["feature_groups"])
-        return load_artifact(cls(**params).load_state(state), state, texts)
+        return cls(**params).load_state(state)._put_back(state, texts)
+
+    def _put_back(self, state: dict[str, Any], texts: dict[str, str]) -> LightGBMThroughput:
+        """This model (constructed with the state's parameters) with its learned state and boosters."""
+        self.features_ = list(state["features"])
+        self.vocab_ = {c: dict(v) for c, v in state["vocab"].items()}
+        self.band_by_evidence_ = {k: (float(v[0]), float(v[1])) for k, v in state["band_by_evidence"].items()}
+        self.trust_by_evidence_ = {k: float(v) for k, v in state.get("trust_by_evidence", {}).items()}
+        self.blend_k_ = float(state["blend_k"]) if state.get("blend_k") is not None else float("inf")
+        self.blend_k_new_type_ = float(state["blend_k_new_type"]) if state.get("blend_k_new_type") is not None \
+            else float("inf")
+        self.trust_new_type_ = {k: float(v) for k, v in state.get("trust_new_type", {}).items()}
+        # Artifacts from before the gate served the model everywhere.
+        self.gate_ = {k: bool(v) for k, v in state.get("gate", dict.fromkeys(EVIDENCE, True)).items()}
+        self.gate_new_type_ = {k: bool(v) for k, v in state.get("gate_new_type", dict.fromkeys(EVIDENCE, True)).items()}
+        self.model_types_ = set(state.get("model_types", self.vocab_.get("model_type", {})))
+        self.band_new_type_ = {k: (float(v[0]), float(v[1])) for k, v in state.get("band_new_type", {}).items()}
+        self.size_ = dict(state.get("size", {})) or {name: getattr(self, name) for name in SMALL_SIZE}
+        self.categories_ = dict(state.get("categories", CATEGORY_SETTINGS))
+        self.base_features_ = list(state.get("base_features", []))
+        self.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}
+        boosters = {name: lgb.Booster(model_str=text) for name, text in texts.items()}
+        self.booster_, self.base_ = boosters["main"], boosters.get("base")
+        self.selectors_ = {name: b for name, b in boosters.items() if name.startswith(PREFIX)}
+        roofline = state.get("roofline")
+        self.roofline_ = LearnedRoofline.from_state(roofline) if roofline else None
+        return self

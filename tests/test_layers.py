@@ -19,7 +19,8 @@ MAX_FUNCTION_LINES = 60
 #: Modules allowed past MAX_FILE_LINES, each with its reason: a cohesive module is not split to meet
 #: a guide (a split that imports back, as predictor/artifact.py once did with lgbm.py, is worse).
 FILE_LINE_ALLOWANCES: dict[str, tuple[int, str]] = {
-    "predictor/lgbm.py": (650, "one estimator: its stages share the fitted state and the held-out rows"),
+    "predictor/lgbm.py": (700, "one estimator: its stages share the fitted state and the held-out rows, and its "
+                          "artifact state is read and written beside them"),
 }
 
 
