@@ -54,7 +54,7 @@ from bench.stages import Clock, PrefetchedStore, TimedModel, TimedStore, timed_r
 from bench.workload import Workload, batches, make_workload, seed_store
 from core.hardware import Catalogue, load_catalogue
 from core.settings import Settings
-from features.batch_rows import build_batch_rows
+from features.rows import build_batch_rows
 from features.snapshot import FeatureSnapshot
 from features.store import FeatureStore, open_store
 from predictor.handler import PREDICT_BATCH_MAX

@@ -1,11 +1,18 @@
-"""The one function that turns (submission, feature snapshot, candidates) into model rows.
+"""The one row builder: (submissions, feature snapshots, candidates) to model rows, as columns.
 
-Serving (the predictor) and training (``leap train``, backtests) both call
-:func:`build_rows`; nothing else builds a model row. Targets and predictions are
-**per-accelerator** throughput (samples/s per accelerator); multiply by ``num_accelerators``.
-A model that re-evaluates rows on another hardware type (the base model, on the job's prior
-hardware) swaps the hardware in with :func:`with_hardware`, which derives the columns that
-depend on it the way :func:`to_columns` does.
+Serving (the predictor, a batch at a time), training (``leap train``, backtests, a batch of
+examples at a time) and the fleet simulator (one submission at a time) all call
+:func:`build_batch_rows` (:func:`build_rows` is its one-submission form); nothing else builds a
+model row. Targets and predictions are **per-accelerator** throughput (samples/s per
+accelerator); multiply by ``num_accelerators``. A model that re-evaluates rows on another
+hardware type (the base model, on the job's prior hardware) swaps the hardware in with
+:func:`with_hardware`, which derives the columns that depend on it by the same step as the
+builder.
+
+The rows are built column by column: a submission's configuration and a hardware type's specs
+are computed once where they are shared, the columns are filled with their values for a job
+without history, and Python visits only what a job's snapshot actually holds. A submission's
+rows do not depend on the other submissions of its batch (``tests/test_batch_rows.py``).
 
 Columns, by group (the drivers report ablates the groups):
 
@@ -19,6 +26,8 @@ Columns, by group (the drivers report ablates the groups):
   hardware ran on the candidate, near this configuration, per level (model type, family, all;
   :mod:`features.pairs`), and the job's priors carried across by the most specific of them,
   combined (with their total weight and spread).
+
+Every column is float64 but :data:`CATEGORICAL`, which are object arrays of strings.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import numpy as np
 
 from core.hardware import SPEC_FEATURES, Catalogue, HardwareType
 from features.completion import complete
-from features.pairs import LEVELS, carried, most_informative
+from features.pairs import LEVELS, carried, informative_priors
 from features.roofline import ROOFLINE_COLUMNS, roofline_columns, roofline_log
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams.events import PRECISIONS, Submission
@@ -48,7 +57,7 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
 )
 #: Columns that combine the configuration with the candidate's specs: the cold-start estimate and
 #: the public-spec roofline of one step (:mod:`features.roofline`). Computed for a whole batch by
-#: :func:`to_columns` and :func:`with_hardware`, never per row.
+#: :func:`build_batch_rows` and :func:`with_hardware`, never per row.
 DERIVED_COLUMNS: tuple[str, ...] = ("log_roofline", *ROOFLINE_COLUMNS)
 #: The candidate's specs relative to the job's most-observed other hardware.
 PAIR_COLUMNS: tuple[str, ...] = ("spec_ratio_peak", "spec_ratio_bw")
@@ -90,11 +99,6 @@ def _spec(hw: HardwareType | None, name: str) -> float:
     return float(getattr(hw, name)) if hw is not None else NAN
 
 
-def _lookup_log(table: dict[str, LookupStat], hw: str) -> float:
-    stat = table.get(hw)
-    return _log(stat.median) if stat is not None else NAN
-
-
 def flops_per_sample(sub: Submission) -> float:
     """Training FLOPs per sample, ~6 x parameters x tokens (input size for non-token models);
     NaN when the submission does not say its parameter count or sequence length."""
@@ -122,18 +126,23 @@ def _derive(rows: Rows) -> Rows:
     }
 
 
-def to_columns(rows: Sequence[dict[str, Any]]) -> Rows:
-    """Row dicts (from :func:`row_dicts`) to columns, with the derived columns added.
+def _array(col: str, values: Any) -> np.ndarray:
+    """One column's values as its array: object for :data:`CATEGORICAL`, float64 otherwise."""
+    return np.array(values, dtype=object if col in CATEGORICAL else np.float64)
 
-    Object arrays for :data:`CATEGORICAL`, float64 otherwise; :data:`DERIVED_COLUMNS` are
-    computed for the whole batch at once, by the same step as :func:`with_hardware`'s.
-    """
-    cols = {
-        c: np.array([r[c] for r in rows], dtype=object if c in CATEGORICAL else np.float64)
-        for c in COLUMNS if c not in DERIVED_COLUMNS
-    }
+
+def empty_rows() -> Rows:
+    """Rows of no candidate: every column, empty, with its dtype."""
+    cols = {c: _array(c, []) for c in COLUMNS if c not in DERIVED_COLUMNS}
     cols.update(_derive(cols))
     return {c: cols[c] for c in COLUMNS}
+
+
+def concat_rows(parts: Sequence[Rows]) -> Rows:
+    """Stack the rows of many batches into one."""
+    if not parts:
+        return empty_rows()
+    return {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
 
 
 def hardware_table(rows: Rows) -> dict[str, dict[str, Any]]:
@@ -151,7 +160,7 @@ def with_hardware(rows: Rows, table: dict[str, dict[str, Any]], names: np.ndarra
 
     Puts :data:`HARDWARE_COLUMNS` from ``table`` into the rows and recomputes
     :data:`DERIVED_COLUMNS` (the cold-start estimate and the roofline), the way
-    :func:`to_columns` computes them. :data:`PAIR_COLUMNS` and the ``prior`` and ``lookup``
+    :func:`build_batch_rows` computes them. :data:`PAIR_COLUMNS` and the ``prior`` and ``lookup``
     groups come from the job's history on the rows' original hardware, which columns alone
     cannot redo: they are left as they were, so only the ``config`` and ``hardware`` columns
     (less the pair columns) of the result describe the new hardware.
@@ -179,13 +188,28 @@ def with_hardware(rows: Rows, table: dict[str, dict[str, Any]], names: np.ndarra
     distinct, inverse = np.unique(np.asarray(names).astype(str), return_inverse=True)
     out = dict(rows)
     for col in HARDWARE_COLUMNS:
-        values = np.array([table[h][col] for h in distinct], dtype=object if col in CATEGORICAL else np.float64)
-        out[col] = values[inverse.ravel()]
+        out[col] = _array(col, [table[h][col] for h in distinct])[inverse.ravel()]
     out.update(_derive(out))
     return out
 
 
-# ---------------------------------------------------------------------- one submission's rows
+# ---------------------------------------------------------------------- the builder
+
+#: Columns of the ``config`` group and attempt counts: one value per submission.
+_CONFIG = tuple(c for c in COLUMNS if c in {
+    "log_params", "log_batch", "log_seq", "log_accelerators", "data_parallel", "tensor_parallel",
+    "pipeline_parallel", "precision_bits", "log_flops_per_sample", "model_type", "family", "framework",
+    "prior_any_n", "attempts", "failed", "preempted"})
+#: Columns that depend on the job's snapshot and the candidate, and their value without history.
+_DEFAULTS: dict[str, Any] = {
+    "prior_same_log": NAN, "prior_same_last_log": NAN, "prior_same_n": 0.0, "prior_same_age_h": NAN,
+    "prior_other_log": NAN, "prior_other_n": 0.0, "prior_other_age_h": NAN, "prior_hw": "none",
+    "spec_ratio_peak": NAN, "spec_ratio_bw": NAN, "lookup_model_prior_hw_log": NAN, "transfer_log": NAN,
+    "lookup_model_log": NAN, "lookup_model_n": 0.0, "lookup_family_log": NAN, "lookup_family_n": 0.0,
+    **{f"paired_{level}_log": NAN for level in LEVELS}, **{f"paired_{level}_weight": 0.0 for level in LEVELS},
+    "paired_model_n": 0.0, "transfer_paired_log": NAN, "transfer_paired_weight": 0.0, "transfer_paired_spread": NAN,
+}
+assert set(_CONFIG) | set(_DEFAULTS) | set(HARDWARE_COLUMNS) | set(DERIVED_COLUMNS) == set(COLUMNS)
 
 
 def build_rows(
@@ -193,53 +217,91 @@ def build_rows(
     snap: FeatureSnapshot,
     candidates: Sequence[str],
     catalogue: Catalogue,
-    now: float | None = None,
 ) -> Rows:
-    """Model rows for one submission, one per candidate, as columns (see :func:`row_dicts`)."""
-    return to_columns(row_dicts(sub, snap, candidates, catalogue, now))
+    """Model rows for one submission, one per candidate: :func:`build_batch_rows` of one."""
+    return build_batch_rows([sub], [snap], catalogue, [candidates])
 
 
-def row_dicts(
-    sub: Submission,
-    snap: FeatureSnapshot,
-    candidates: Sequence[str],
+def build_batch_rows(
+    subs: Sequence[Submission],
+    snaps: Sequence[FeatureSnapshot],
     catalogue: Catalogue,
-    now: float | None = None,
-) -> list[dict[str, Any]]:
-    """Model rows for one submission, one per candidate (hardware names as canonical or alias).
+    candidates: Sequence[Sequence[str]] | None = None,
+) -> Rows:
+    """Model rows of every candidate of every submission, in order, as columns.
 
     Parameters
     ----------
-    sub
-        The submission; its ``event_time`` is "now" unless ``now`` is given.
-    snap
-        What the online store (or the offline replay) held for this job at submission time.
-    candidates
-        Hardware names to build rows for; unknown names get NaN specs.
+    subs
+        The submissions; each one's ``event_time`` is its "now" (the ages of its priors).
+    snaps
+        What the online store (or the offline replay) held for each job at its submission.
     catalogue
         Hardware catalogue for specs.
+    candidates
+        Hardware names to build each submission's rows for, as canonical names or aliases (unknown
+        names keep their spelling and get NaN specs); default: each submission's own candidates.
 
     Returns
     -------
-    One dict per candidate with every column of :data:`COLUMNS` except :data:`DERIVED_COLUMNS`,
-    which :func:`to_columns` adds.
+    Rows
+        Every column of :data:`COLUMNS`, one row per candidate, submission after submission.
     """
-    now = sub.event_time if now is None else now
-    config = _config_columns(sub, snap)
-    out: list[dict[str, Any]] = []
-    for name in candidates:
-        row = {**config, **hardware_columns(name, catalogue)}
-        hw = row["hardware"]
-        same = snap.prior.get(hw)
-        row.update(_same_columns(same, now))
-        row.update(_other_columns(snap, row, catalogue, now))
-        row.update(_lookup_columns(snap, hw))
-        row.update(_paired_columns(snap, hw, row["prior_hw"]))
-        if same is not None:
-            # the job's own speed here beats any transfer
-            row["transfer_log"] = row["transfer_paired_log"] = row["prior_same_log"]
-        out.append(row)
-    return out
+    wanted = [s.candidates for s in subs] if candidates is None else candidates
+    counts = [len(c) for c in wanted]
+    n = sum(counts)
+    if n == 0:
+        return empty_rows()
+    cols = _shared_columns(subs, snaps, wanted, counts, catalogue)
+    cols.update({col: _new(n, col, value) for col, value in _DEFAULTS.items()})
+    # the family median on each row's other hardware (only to carry the family ratio), and which
+    # rows have another hardware at all
+    family_prior, has_other = np.full(n, NAN), np.zeros(n, dtype=bool)
+    canonical = cols["hardware"].tolist()
+    same_rows: list[int] = []
+    start = 0
+    for sub, snap, k in zip(subs, snaps, counts, strict=True):
+        hws = canonical[start:start + k]
+        _fill_lookups(cols, snap.lookup_model, "lookup_model", hws, start)
+        _fill_lookups(cols, snap.lookup_family, "lookup_family", hws, start)
+        if snap.prior:
+            same_rows += _fill_priors(cols, family_prior, has_other, snap, catalogue, hws, start, sub.event_time)
+        if snap.pairs:
+            _fill_pairs(cols, snap, hws, start)
+        start += k
+    if has_other.any():
+        _transfer(cols, family_prior, has_other)
+    if same_rows:
+        # the job's own speed here beats any transfer
+        rows = np.asarray(same_rows)
+        cols["transfer_log"][rows] = cols["transfer_paired_log"][rows] = cols["prior_same_log"][rows]
+    cols.update(_derive(cols))
+    return {c: cols[c] for c in COLUMNS}
+
+
+def _shared_columns(subs: Sequence[Submission], snaps: Sequence[FeatureSnapshot], wanted: Sequence[Sequence[str]],
+                    counts: list[int], catalogue: Catalogue) -> Rows:
+    """:data:`HARDWARE_COLUMNS`, computed once per hardware type, and the configuration columns,
+    once per submission, for every row."""
+    distinct: dict[str, int] = {}
+    index = np.fromiter((distinct.setdefault(name, len(distinct)) for names in wanted for name in names),
+                        dtype=np.intp, count=sum(counts))
+    specs = [_hardware_columns(name, catalogue) for name in distinct]
+    cols = {col: _array(col, [h[col] for h in specs])[index] for col in HARDWARE_COLUMNS}
+    configs = [_config_columns(sub, snap) for sub, snap in zip(subs, snaps, strict=True)]
+    repeat = np.asarray(counts)
+    for col in _CONFIG:
+        cols[col] = np.repeat(_array(col, [c[col] for c in configs]), repeat)
+    return cols
+
+
+def _new(n: int, col: str, value: Any) -> np.ndarray:
+    """A column of ``n`` rows, each ``value``."""
+    if col in CATEGORICAL:
+        out = np.empty(n, dtype=object)
+        out[:] = value
+        return out
+    return np.full(n, value, dtype=np.float64)
 
 
 def _config_columns(sub: Submission, snap: FeatureSnapshot) -> dict[str, Any]:
@@ -269,7 +331,7 @@ def _config_columns(sub: Submission, snap: FeatureSnapshot) -> dict[str, Any]:
     }
 
 
-def hardware_columns(name: str, catalogue: Catalogue) -> dict[str, Any]:
+def _hardware_columns(name: str, catalogue: Catalogue) -> dict[str, Any]:
     """:data:`HARDWARE_COLUMNS` of one candidate: its canonical name, vendor and specs.
 
     A name the catalogue does not know keeps its spelling, with vendor ``unknown`` and NaN specs.
@@ -287,77 +349,80 @@ def hardware_columns(name: str, catalogue: Catalogue) -> dict[str, Any]:
     return cols
 
 
-def _same_columns(same: PriorStat | None, now: float) -> dict[str, Any]:
-    """The job's own history on the candidate."""
-    return {
-        "prior_same_log": _log(same.robust) if same else NAN,
-        "prior_same_last_log": _log(same.last) if same else NAN,
-        "prior_same_n": float(same.n) if same else 0.0,
-        "prior_same_age_h": (now - same.last_time) / 3600.0 if same else NAN,
-    }
+def _fill_lookups(cols: Rows, table: dict[str, LookupStat], name: str, hws: list[str], start: int) -> None:
+    """Model-type (or family) medians and counts on each candidate that has one."""
+    if not table:
+        return
+    logs, ns = cols[f"{name}_log"], cols[f"{name}_n"]
+    for j, hw in enumerate(hws):
+        stat = table.get(hw)
+        if stat is not None:
+            logs[start + j] = _log(stat.median)
+            ns[start + j] = float(stat.n)
 
 
-def _other_columns(snap: FeatureSnapshot, row: dict[str, Any], catalogue: Catalogue, now: float) -> dict[str, Any]:
-    """The job's history on its most-observed other hardware, transferred to the candidate.
+def _fill_priors(cols: Rows, family_prior: np.ndarray, has_other: np.ndarray, snap: FeatureSnapshot,
+                 catalogue: Catalogue, hws: list[str], start: int, now: float) -> list[int]:
+    """The job's history on each candidate and on its most-observed other hardware (the ``prior``
+    group but ``transfer_log``, and the pair columns); returns the rows the job ran on before."""
+    prior = snap.prior
+    ranked = informative_priors(prior, "", 2)  # a candidate's own hardware is skipped below
+    same_rows = []
+    for j, hw in enumerate(hws):
+        i = start + j
+        same = prior.get(hw)
+        if same is not None:
+            same_rows.append(i)
+            cols["prior_same_log"][i] = _log(same.robust)
+            cols["prior_same_last_log"][i] = _log(same.last)
+            cols["prior_same_n"][i] = float(same.n)
+            cols["prior_same_age_h"][i] = (now - same.last_time) / 3600.0
+        other = [h for h in ranked if h != hw]
+        if other:
+            has_other[i] = True
+            family = snap.lookup_family.get(other[0])
+            family_prior[i] = _log(family.median) if family is not None else NAN
+            _fill_other(cols, i, other[0], prior[other[0]], snap, catalogue, now)
+    return same_rows
 
-    ``row`` holds the candidate's :data:`HARDWARE_COLUMNS`.
-    """
-    hw = row["hardware"]
-    other = most_informative(snap.prior, hw)
-    if other is None:
-        return {
-            "prior_other_log": NAN, "prior_other_n": 0.0, "prior_other_age_h": NAN, "prior_hw": "none",
-            "spec_ratio_peak": NAN, "spec_ratio_bw": NAN, "lookup_model_prior_hw_log": NAN, "transfer_log": NAN,
-        }
-    other_hw, other_stat = other
+
+def _fill_other(cols: Rows, i: int, other_hw: str, stat: PriorStat, snap: FeatureSnapshot, catalogue: Catalogue,
+                now: float) -> None:
+    """Row ``i``'s columns of the job's most-observed other hardware: its prior, its name, the
+    candidate's specs relative to it and its model-type median."""
     other_type = catalogue.resolve(other_hw)
-    cols: dict[str, Any] = {
-        "prior_other_log": _log(other_stat.robust),
-        "prior_other_n": float(other_stat.n),
-        "prior_other_age_h": (now - other_stat.last_time) / 3600.0,
-        "prior_hw": other_hw,
-        "spec_ratio_peak": _log(row["peak_tflops"] / _spec(other_type, "peak_tflops")),
-        "spec_ratio_bw": _log(row["memory_bw_gbps"] / _spec(other_type, "memory_bw_gbps")),
-        "lookup_model_prior_hw_log": _lookup_log(snap.lookup_model, other_hw),
-    }
-    # Transfer: the job's speed elsewhere times how much faster its model type (else family,
-    # else raw peak FLOP/s) runs here than there.
-    ratio = _lookup_log(snap.lookup_model, hw) - cols["lookup_model_prior_hw_log"]
-    if math.isnan(ratio):
-        ratio = _lookup_log(snap.lookup_family, hw) - _lookup_log(snap.lookup_family, other_hw)
-    if math.isnan(ratio):
-        ratio = cols["spec_ratio_peak"]
-    cols["transfer_log"] = cols["prior_other_log"] + ratio
-    return cols
+    cols["prior_other_log"][i] = _log(stat.robust)
+    cols["prior_other_n"][i] = float(stat.n)
+    cols["prior_other_age_h"][i] = (now - stat.last_time) / 3600.0
+    cols["prior_hw"][i] = other_hw
+    cols["spec_ratio_peak"][i] = _log(float(cols["peak_tflops"][i]) / _spec(other_type, "peak_tflops"))
+    cols["spec_ratio_bw"][i] = _log(float(cols["memory_bw_gbps"][i]) / _spec(other_type, "memory_bw_gbps"))
+    model = snap.lookup_model.get(other_hw)
+    cols["lookup_model_prior_hw_log"][i] = _log(model.median) if model is not None else NAN
 
 
-def _lookup_columns(snap: FeatureSnapshot, hw: str) -> dict[str, Any]:
-    """Model-type and family medians on the candidate."""
-    return {
-        "lookup_model_log": _lookup_log(snap.lookup_model, hw),
-        "lookup_model_n": float(snap.lookup_model[hw].n) if hw in snap.lookup_model else 0.0,
-        "lookup_family_log": _lookup_log(snap.lookup_family, hw),
-        "lookup_family_n": float(snap.lookup_family[hw].n) if hw in snap.lookup_family else 0.0,
-    }
+def _fill_pairs(cols: Rows, snap: FeatureSnapshot, hws: list[str], start: int) -> None:
+    """Paired ratios over each row's prior hardware, and the priors carried across by them."""
+    pairs, prior_hw = snap.pairs, cols["prior_hw"]
+    for j, hw in enumerate(hws):
+        i = start + j
+        for level in LEVELS:
+            stat = pairs.get(level, {}).get(hw, {}).get(prior_hw[i])
+            if stat is not None:
+                cols[f"paired_{level}_log"][i] = stat.log_ratio
+                cols[f"paired_{level}_weight"][i] = stat.weight
+                if level == "model":
+                    cols["paired_model_n"][i] = float(stat.n)
+        carried_log, weight, spread = carried(pairs, snap.prior, hw)
+        cols["transfer_paired_log"][i] = carried_log
+        cols["transfer_paired_weight"][i] = weight
+        cols["transfer_paired_spread"][i] = spread
 
 
-def _paired_columns(snap: FeatureSnapshot, hw: str, prior_hw: str) -> dict[str, Any]:
-    """Paired ratios of the candidate over the row's prior hardware per level, and the job's priors
-    carried across by their most specific paired ratios, combined (:func:`features.pairs.carried`)."""
-    cols: dict[str, Any] = {}
-    for level in LEVELS:
-        stat = snap.pairs.get(level, {}).get(hw, {}).get(prior_hw)
-        cols[f"paired_{level}_log"] = stat.log_ratio if stat is not None else NAN
-        cols[f"paired_{level}_weight"] = stat.weight if stat is not None else 0.0
-        if level == "model":
-            cols["paired_model_n"] = float(stat.n) if stat is not None else 0.0
-    cols["transfer_paired_log"], cols["transfer_paired_weight"], cols["transfer_paired_spread"] = \
-        carried(snap.pairs, snap.prior, hw)
-    return cols
-
-
-def concat_rows(parts: Sequence[Rows]) -> Rows:
-    """Stack the rows of many submissions into one batch."""
-    if not parts:
-        return to_columns([])
-    return {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
+def _transfer(cols: Rows, family_prior: np.ndarray, has_other: np.ndarray) -> None:
+    """``transfer_log``: the job's speed elsewhere times how much faster its model type runs here
+    than there, else its family, else the raw peak FLOP/s (rows without another prior keep NaN)."""
+    ratio = cols["lookup_model_log"] - cols["lookup_model_prior_hw_log"]
+    ratio = np.where(np.isnan(ratio), cols["lookup_family_log"] - family_prior, ratio)
+    ratio = np.where(np.isnan(ratio), cols["spec_ratio_peak"], ratio)
+    cols["transfer_log"] = np.where(has_other, cols["prior_other_log"] + ratio, NAN)

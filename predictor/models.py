@@ -160,7 +160,7 @@ def estimates_of(names: tuple[str, ...], source: np.ndarray) -> np.ndarray:
 
 
 #: Transfer columns that hold the job's own measurement on the candidate when it ran there
-#: (:func:`features.rows.row_dicts`: its speed here beats any transfer).
+#: (:func:`features.rows.build_batch_rows`: its speed here beats any transfer).
 HOLD_MEASURED_HERE = ("transfer_log", "transfer_paired_log")
 
 

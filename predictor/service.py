@@ -13,9 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.hardware import Catalogue
-from features.batch_rows import build_batch_rows
 from features.completion import complete
-from features.rows import Rows
+from features.rows import Rows, build_batch_rows
 from features.store import FeatureStore
 from predictor.basis import candidate_bases
 from predictor.models import LookupTable, PairedTransfer, ThroughputModel

@@ -1,4 +1,7 @@
-"""The batch row builder equals the row builder, submission by submission, bit for bit."""
+"""A batch's rows equal its submissions' rows built one by one, bit for bit.
+
+Serving builds a whole batch of submissions at once and training a batch of examples at once,
+each submission with its own candidates: no submission's rows may depend on its neighbours."""
 
 from __future__ import annotations
 
@@ -6,9 +9,8 @@ import numpy as np
 
 from bench.workload import make_workload
 from core.hardware import load_catalogue
-from features.batch_rows import build_batch_rows
 from features.offline import OfflineFeatureState
-from features.rows import CATEGORICAL, COLUMNS, build_rows, concat_rows
+from features.rows import CATEGORICAL, COLUMNS, build_batch_rows, build_rows, concat_rows
 from features.snapshot import FeatureSnapshot, LookupStat, PairStat, PriorStat
 from streams.events import Submission
 from tests.factories import T0, submission
@@ -16,9 +18,17 @@ from tests.factories import T0, submission
 CAT = load_catalogue()
 
 
-def _assert_equal_to_row_builder(subs: list[Submission], snaps: list[FeatureSnapshot]) -> None:
+def _assert_equal_one_by_one(subs: list[Submission], snaps: list[FeatureSnapshot]) -> None:
     expected = concat_rows([build_rows(s, snap, s.candidates, CAT) for s, snap in zip(subs, snaps, strict=True)])
     got = build_batch_rows(subs, snaps, CAT)
+    _assert_bits_equal(got, expected)
+    # each submission's rows, candidate by candidate, as training builds them
+    one_each = [(s, snap, (c,)) for s, snap in zip(subs, snaps, strict=True) for c in s.candidates]
+    _assert_bits_equal(build_batch_rows([s for s, _, _ in one_each], [snap for _, snap, _ in one_each], CAT,
+                                        [c for _, _, c in one_each]), expected)
+
+
+def _assert_bits_equal(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
     assert list(got) == list(COLUMNS)
     for col in COLUMNS:
         assert got[col].dtype == expected[col].dtype, col
@@ -28,7 +38,7 @@ def _assert_equal_to_row_builder(subs: list[Submission], snaps: list[FeatureSnap
             assert got[col].tobytes() == expected[col].tobytes(), col
 
 
-def test_simulated_fleet_batch_equals_the_row_builder() -> None:
+def test_simulated_fleet_batch_equals_its_submissions_one_by_one() -> None:
     """Submissions of a simulated fleet after 6,000 finishes: new jobs, retries, paired ratios."""
     w = make_workload(6000, 300, seed=3)
     state = OfflineFeatureState(lambda n: hw.name if (hw := CAT.resolve(n)) is not None else n)
@@ -38,10 +48,10 @@ def test_simulated_fleet_batch_equals_the_row_builder() -> None:
         state.apply_finish(fin)
     snaps = [state.snapshot(s) for s in w.submissions]
     assert sum(1 for s in snaps if s.prior) > 20 and sum(1 for s in snaps if s.pairs) > 5
-    _assert_equal_to_row_builder(w.submissions, snaps)
+    _assert_equal_one_by_one(w.submissions, snaps)
 
 
-def test_edge_cases_equal_the_row_builder() -> None:
+def test_edge_cases_equal_their_submissions_one_by_one() -> None:
     """Aliases and unknown names, a prior only on the candidate itself, unknown families and
     configurations, priors on unknown hardware, lookups without priors."""
     rich = FeatureSnapshot(
@@ -63,7 +73,7 @@ def test_edge_cases_equal_the_row_builder() -> None:
     ]
     snaps = [rich, FeatureSnapshot(prior={"A100-80GB": PriorStat(1, T0, 5.0, 5.0)}), rich,
              FeatureSnapshot(lookup_model={"L4": LookupStat(2, 3.0)}), rich]
-    _assert_equal_to_row_builder(subs, snaps)
+    _assert_equal_one_by_one(subs, snaps)
 
 
 def test_an_empty_batch_has_every_column() -> None:

@@ -18,7 +18,9 @@ from features.rows import (
     GROUPS,
     HARDWARE_COLUMNS,
     PAIR_COLUMNS,
+    build_batch_rows,
     build_rows,
+    concat_rows,
     hardware_table,
     with_hardware,
 )
@@ -46,7 +48,9 @@ def test_groups_cover_every_column_once() -> None:
 
 
 @pytest.mark.integration
-def test_served_row_equals_training_row(rds: redis.Redis, run_id: str) -> None:
+def test_served_rows_equal_training_rows(rds: redis.Redis, run_id: str) -> None:
+    """Rows from the store's snapshots, a batch at a time as the predictor builds them, equal rows
+    from the offline twin's snapshots, one candidate at a time as training builds them."""
     canon = CAT.canonical
     store = FeatureStore(rds, KeyLayout(f"rows-{run_id}"), canonicalize=canon)
     offline = OfflineFeatureState(canon)
@@ -55,14 +59,20 @@ def test_served_row_equals_training_row(rds: redis.Redis, run_id: str) -> None:
         finish("j", "e2", T0 + 50, "A100-80GB", 420.0),
         finish("k", "e3", T0 + 60, "H100-SXM", 1200.0),
         finish("j", "e4", T0 + 70, "MI300X", None, outcome="failed"),
+        # jobs seen on both A100 and H100: paired ratios for j's H100 row
+        *(finish(f"p{n}", f"p{n}{hw}", T0 + 80 + n, hw, 300.0 * scale * (n + 1))
+          for n in range(3) for hw, scale in (("A100-80GB", 1.0), ("H100-SXM", 2.5))),
     ]
     try:
         store.apply_finishes(events)
         for ev in events:
             offline.apply_finish(ev)
-        sub = submission("j", 9, event_time=T0 + 3600)
-        served = build_rows(sub, store.read([sub])[0], sub.candidates, CAT)
-        trained = build_rows(sub, offline.snapshot(sub), sub.candidates, CAT)
+        subs = [submission("j", 9, event_time=T0 + 3600), submission("new", 10, event_time=T0 + 3700),
+                submission("k", 11, event_time=T0 + 3800, candidates=["H100", "A100-80GB", "Quantum-9000"])]
+        served = build_batch_rows(subs, store.read(subs), CAT)
+        trained = concat_rows([build_batch_rows([sub], [offline.snapshot(sub, candidates=(c,))], CAT, [(c,)])
+                               for sub in subs for c in sub.candidates])
+        assert not np.isnan(served["paired_model_log"]).all() and not np.isnan(served["prior_other_log"]).all()
         _assert_rows_equal(served, trained)
     finally:
         store.delete_all()

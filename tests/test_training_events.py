@@ -17,7 +17,7 @@ import pytest
 
 from core.hardware import load_catalogue
 from features.offline import OfflineFeatureState
-from features.rows import to_columns
+from features.rows import build_batch_rows
 from fleet.history import simulate, write_history
 from streams.events import JobFinish, JobStart, Submission
 from training import dataset
@@ -36,7 +36,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
 
 
 def plain_examples(history: History, rows_from: float | None, until: float | None) -> dict[str, Any]:
-    """Every event an object, one replay in (time, kind, index) order, one row dict per example."""
+    """Every event an object, one replay in (time, kind, index) order, every row built at the end."""
     finishes: list[JobFinish] = events(history.finishes, JobFinish)
     starts: list[JobStart] = events(history.starts, JobStart)
     subs: list[Submission] = events(history.submissions, Submission)
@@ -44,7 +44,7 @@ def plain_examples(history: History, rows_from: float | None, until: float | Non
     times = ([e.event_time for e in finishes], [e.event_time for e in starts], [e.event_time for e in subs])
     merged = sorted([(t, k, i) for k, table in enumerate(times) for i, t in enumerate(table)])
     state = OfflineFeatureState(CAT.canonical)
-    rows, y, finish_time = [], [], []
+    examples, y, finish_time = [], [], []
     for t, kind, i in merged:
         if until is not None and t >= until:
             break
@@ -54,11 +54,12 @@ def plain_examples(history: History, rows_from: float | None, until: float | Non
             state.apply_start(starts[i])
         elif (done := measured.get(subs[i].attempt_id)) is not None and (rows_from is None or t >= rows_from):
             snap = state.snapshot(subs[i], candidates=(done.hardware,))
-            rows.extend(dataset.row_dicts(subs[i], snap, (done.hardware,), CAT))
+            examples.append((subs[i], snap, (done.hardware,)))
             assert done.throughput is not None
             y.append(done.throughput / done.num_accelerators)
             finish_time.append(done.event_time)
-    return {"rows": to_columns(rows), "y": np.array(y), "finish_time": np.array(finish_time)}
+    rows = build_batch_rows([e[0] for e in examples], [e[1] for e in examples], CAT, [e[2] for e in examples])
+    return {"rows": rows, "y": np.array(y), "finish_time": np.array(finish_time)}
 
 
 def assert_same(ex: Examples, plain: dict[str, Any]) -> None:

@@ -3,9 +3,9 @@
 The archive (``leap fleet history`` or the live archiver) holds day-partitioned Parquet of
 submissions, starts and finishes. :func:`build_examples` replays them in event-time order
 through :class:`features.offline.OfflineFeatureState` (the same semantics as the Redis scripts)
-and, at each submission, builds its model row with :func:`features.rows.build_rows`, the same
-function the predictor serves with. No row can see an outcome that happened after its
-submission.
+and, at each submission, builds its model row with :func:`features.rows.build_batch_rows` (a
+batch of examples at a time), the same function the predictor serves with. No row can see an
+outcome that happened after its submission.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import pyarrow.dataset as ds
 
 from core.hardware import Catalogue
 from features.offline import OfflineFeatureState
-from features.rows import Rows, build_rows, row_dicts, to_columns
+from features.rows import Rows, build_batch_rows, build_rows
+from features.snapshot import FeatureSnapshot
 from streams.archive import arrow_schema, drop_duplicate_events
 from streams.events import Event, JobFinish, JobStart, Submission
 from training.events import (
@@ -39,8 +40,9 @@ from training.events import (
 )
 
 DAY = 86400.0
-#: Row dicts turned into columns at a time while examples are built.
-ROW_BATCH = 50_000
+#: Examples whose rows are built at a time: one builder call per this many, and only this many
+#: snapshots wait for it.
+ROW_BATCH = 10_000
 TABLES = ("submissions", "starts", "finishes")
 
 
@@ -226,7 +228,7 @@ def build_examples(
     keep = (finish_of >= 0) & (sub_time >= rows_from if rows_from is not None else True)
     sample = _CandidateSample(sub_time, _candidate_counts(subs), finish_of >= 0, full_from, full_per_day, seed)
     state = OfflineFeatureState(catalogue.canonical, unique_ids=ids_unique(history.starts, history.finishes))
-    out = _ExampleColumns()
+    out = _ExampleColumns(catalogue)
     for kind, row, event in replay(history.finishes, history.starts, subs, until):
         if kind == FINISH:
             state.apply_finish(event)
@@ -241,7 +243,7 @@ def build_examples(
             # The state holds only events before this submission, never this attempt's outcome.
             # Paired ratios are summarised only for the rows built (the costly part of a snapshot).
             snap = state.snapshot(sub, candidates=(done.hardware,))
-            n = out.add(sub, done, row_dicts(sub, snap, (done.hardware,), catalogue))
+            n = out.add(sub, done, snap)
             if sample.wants(sub) and sample.take(sub):
                 out.full[n] = (sub, build_rows(sub, state.snapshot(sub), sub.candidates, catalogue))
     return out.examples()
@@ -310,11 +312,13 @@ class _CandidateSample:
 class _ExampleColumns:
     """The examples built so far, column by column (see :class:`Examples`).
 
-    Row dicts are turned into columns every :data:`ROW_BATCH` rows: 600,000 of them, kept until
-    the end, held 2-3 GB (a dict and a float object per cell) where their columns hold 0.3 GB.
+    An example's row, on the hardware its attempt ran on, is built from its snapshot with those
+    of the next examples, :data:`ROW_BATCH` at a time (a submission's row does not depend on the
+    others of its batch).
     """
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    catalogue: Catalogue
+    pending: list[tuple[Submission, FeatureSnapshot, tuple[str]]] = field(default_factory=list)
     parts: list[Rows] = field(default_factory=list)
     y: list[float] = field(default_factory=list)
     submit_time: list[float] = field(default_factory=list)
@@ -325,12 +329,13 @@ class _ExampleColumns:
     num_accelerators: list[int] = field(default_factory=list)
     full: dict[int, tuple[Submission, Rows]] = field(default_factory=dict)
 
-    def add(self, sub: Submission, done: Outcome, rows: list[dict[str, Any]]) -> int:
-        """Append the example of ``sub``, measured by ``done``; returns its index."""
+    def add(self, sub: Submission, done: Outcome, snap: FeatureSnapshot) -> int:
+        """Append the example of ``sub``, measured by ``done``, with what the store held for its job
+        (``snap``); returns its index."""
         assert done.throughput is not None
         n = len(self.y)
-        self.rows.extend(rows)
-        if len(self.rows) >= ROW_BATCH:
+        self.pending.append((sub, snap, (done.hardware,)))
+        if len(self.pending) >= ROW_BATCH:
             self._flush()
         self.y.append(done.throughput / done.num_accelerators)
         self.submit_time.append(sub.event_time)
@@ -342,13 +347,13 @@ class _ExampleColumns:
         return n
 
     def _flush(self) -> None:
-        # The derived columns are elementwise, so columns made a batch at a time equal those made at once.
-        self.parts.append(to_columns(self.rows))
-        self.rows = []
+        subs, snaps, candidates = zip(*self.pending, strict=True) if self.pending else ((), (), ())
+        self.parts.append(build_batch_rows(subs, snaps, self.catalogue, candidates))
+        self.pending = []
 
     def examples(self) -> Examples:
         """The columns as arrays (categorical ones as object arrays)."""
-        if self.rows or not self.parts:
+        if self.pending or not self.parts:
             self._flush()
         parts, self.parts = self.parts, []
         # Column by column, each column's parts dropped once joined: the rows are never held twice.
@@ -418,7 +423,7 @@ def build_held_out_examples(train: History, held_out: History, catalogue: Catalo
             train_state.apply_finish(t_finishes[i])
         else:
             train_state.apply_start(t_starts[i])
-    out = _ExampleColumns()
+    out = _ExampleColumns(catalogue)
     for job in _by_job(held_out):
         _replay_held_out_job(job, train_state, catalogue, full, out)
     return out.examples()
@@ -458,7 +463,7 @@ def _replay_held_out_job(job: tuple[list[JobFinish], list[JobStart], list[Submis
             # Own past from the job's state; cross-job aggregates from the training jobs only. The
             # training state computes them, as some (paired ratios) depend on the job's priors.
             snap = train_state.snapshot(sub, job_source=state)
-            n = out.add(sub, done, row_dicts(sub, snap, (done.hardware,), catalogue))
+            n = out.add(sub, done, snap)
             if full and len(sub.candidates) > 1:
                 out.full[n] = (sub, build_rows(sub, snap, sub.candidates, catalogue))
 
