@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from core.settings import Settings
 from predictor.commits import Offsets, produce, producer_config
@@ -205,7 +205,7 @@ class ExactlyOnce:
             try:
                 self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting")
             except KafkaException as exc:
-                if not exc.args[0].fatal():
+                if not _fatal(exc.args[0]):
                     raise
                 return self._recover(exc)
             self.aborted += 1
@@ -228,7 +228,7 @@ class ExactlyOnce:
         rewind to. Anything else leaves the output :attr:`broken` (the loop's way out must not call
         the producer again: a call after a failed one can wait for it for ever) and is raised."""
         err = exc.args[0]
-        if not err.fatal():
+        if not _fatal(err):
             if not err.txn_requires_abort():
                 self.broken = True
                 raise exc
@@ -282,6 +282,13 @@ class ExactlyOnce:
         self.commit()
         if not self.broken:
             self.producer.flush(CALL_TIMEOUT_S)
+
+
+def _fatal(err: KafkaError) -> bool:
+    """Whether ``err`` says the producer is dead (fenced): a transactional call's error flags it
+    fatal; ``produce`` refuses with the ``_FATAL`` code alone (its error carries no flags). A fenced
+    producer is found out by either, whichever call comes first (the loop's next produce, often)."""
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
 
 
 class _Unavailable(Exception):
