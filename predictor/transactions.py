@@ -22,8 +22,9 @@ offsets behind: whoever takes its partitions ranks those submissions again, once
   is a fenced producer: the broker aborted a transaction that outlived its timeout (a worker
   starved of CPU, a broker restart) and bumped the producer's epoch, or a newer instance took
   this id. The loop then starts a new producer under the same id (which fences any other holder
-  in turn) and rewinds the same way; more than :data:`MAX_RESTARTS` a minute (two live workers
-  sharing an id) stop the worker (exit 75), nothing committed.
+  in turn) and rewinds the same way, as it does after any other failed call (a request that timed
+  out while a restarted broker loaded its transaction log); more than :data:`MAX_RESTARTS` a
+  minute (two live workers sharing an id) stop the worker (exit 75), nothing committed.
 """
 
 from __future__ import annotations
@@ -224,14 +225,16 @@ class ExactlyOnce:
         return rewind
 
     def _recover(self, exc: KafkaException) -> Offsets:
-        """After a failed transactional call: abort, or replace a fenced producer; the offsets to
-        rewind to. Anything else leaves the output :attr:`broken` (the loop's way out must not call
-        the producer again: a call after a failed one can wait for it for ever) and is raised."""
+        """After a failed transactional call: abort, or replace the producer; the offsets to rewind to.
+
+        An error that requires an abort aborts. Any other (a fenced producer, or a call that failed
+        otherwise: ``send_offsets_to_transaction`` whose request timed out while a restarted broker
+        loaded its transaction log) replaces the producer without calling it again (a call after a
+        failed one can wait for it for ever): the new one's ``init_transactions`` under the same id
+        aborts what the old one left open. More than :data:`MAX_RESTARTS` replacements a minute
+        leave the output :attr:`broken` and raise."""
         err = exc.args[0]
-        if not _fatal(err):
-            if not err.txn_requires_abort():
-                self.broken = True
-                raise exc
+        if not _fatal(err) and err.txn_requires_abort():
             log.warning("transaction aborted (%s): its batches are read again", err.str())
             return self.abort()
         now = time.monotonic()
@@ -239,8 +242,8 @@ class ExactlyOnce:
         if len(self.restarts) > MAX_RESTARTS:
             self.broken = True
             raise exc  # another live worker holds this id: fencing each other, neither gets anywhere
-        log.warning("transactional producer fenced (%s): a new one under %s; its batches are read again",
-                    err.str(), self.transactional_id)
+        log.warning("transactional producer %s (%s): a new one under %s; its batches are read again",
+                    "fenced" if _fatal(err) else "failed", err.str(), self.transactional_id)
         rewind = self._rewind_offsets()
         self.producer = Producer(self.config)
         self._retry(self.producer.init_transactions, "starting transactions")

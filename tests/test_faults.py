@@ -109,6 +109,8 @@ def make_rig(broker: tuple[Settings, Callable[[float], None]], tmp_path: Path,
     for rig in rigs:
         for proc in rig.workers:
             proc.stop(timeout=20)
+            # pytest shows a teardown's output only when the test failed: the workers' side of it
+            print(f"---- {proc.log_path.name} (exit {proc.proc.returncode}), last lines:\n{proc.log_tail(80)}")
         rig.redis.stop()
 
 
@@ -332,8 +334,6 @@ def test_slow_redis(make_rig: Callable[..., Rig], run_id: str) -> None:
                during_submissions=then(lambda: _after_rankings(rig, work, 40), pause(3_000)))
 
 
-@pytest.mark.xfail(reason="open in issue 29: after a broker restart the transactional predictor's rankings "
-                   "did not all arrive within the settle time in this session's runs", strict=False)
 def test_broker_restarted(make_rig: Callable[..., Rig], run_id: str) -> None:
     rig = make_rig()
     rig.start("all")
@@ -350,8 +350,6 @@ def test_broker_restarted(make_rig: Callable[..., Rig], run_id: str) -> None:
     assert check_rankings(read_rankings(rig.settings, ids, SETTLE_S), ids) == 0
 
 
-@pytest.mark.xfail(reason="open in issue 29: after a broker restart the transactional predictor's rankings "
-                   "did not all arrive within the settle time in this session's runs", strict=False)
 def test_broker_restarted_while_a_transactional_predictor_ranks(make_rig: Callable[..., Rig], run_id: str) -> None:
     rig = make_rig()
     rig.start("features")
@@ -363,7 +361,10 @@ def test_broker_restarted_while_a_transactional_predictor_ranks(make_rig: Callab
     log = predictor.log_path.read_text(errors="replace")
     # on-call reads the outage in a pair of lines, not librdkafka's line per reconnect attempt
     assert "kafka is unavailable" in log and "kafka is back after" in log, predictor.log_tail()
-    assert log.count("kafka is unavailable") <= 3 and "Connection refused" not in log, predictor.log_tail()
+    assert log.count("kafka is unavailable") <= 3, predictor.log_tail()
+    # the unavailable line says the first error seen (a refused connection, often); no other does
+    refused = [line for line in log.splitlines() if "Connection refused" in line and "kafka is unavailable" not in line]
+    assert not refused, predictor.log_tail()
 
 
 def test_a_running_predictor_takes_a_rollback_to_the_lookup_baseline(make_rig: Callable[..., Rig],
