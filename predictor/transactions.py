@@ -188,10 +188,12 @@ class ExactlyOnce:
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._offsets.items() if (t, p) in self.assigned]
         try:
             if offsets:
-                # No timeout: unlike init, commit and abort, a timed-out send_offsets cannot be
-                # resumed (called again, it is refused as a conflicting call in progress). During
-                # an outage it waits for the broker; the transaction is then aborted or committed.
-                self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata())
+                # Unlike init, commit and abort, a timed-out send_offsets cannot be resumed (called
+                # again, it is refused as a conflicting call in progress): a timeout replaces the
+                # producer (_recover), whose successor aborts this transaction. Without a timeout
+                # it waited for ever after a broker restart and a rebalance, the loop stuck.
+                self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(),
+                                                          CALL_TIMEOUT_S)
                 KAFKA.mark_up()
             self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing")
         except KafkaException as exc:
