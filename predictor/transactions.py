@@ -22,8 +22,9 @@ offsets behind: whoever takes its partitions ranks those submissions again, once
   is a fenced producer: the broker aborted a transaction that outlived its timeout (a worker
   starved of CPU, a broker restart) and bumped the producer's epoch, or a newer instance took
   this id. The loop then starts a new producer under the same id (which fences any other holder
-  in turn) and rewinds the same way; more than :data:`MAX_RESTARTS` a minute (two live workers
-  sharing an id) stop the worker (exit 75), nothing committed.
+  in turn) and rewinds the same way, as it does after any other failed call (a request that timed
+  out while a restarted broker loaded its transaction log); more than :data:`MAX_RESTARTS` a
+  minute (two live workers sharing an id) stop the worker (exit 75), nothing committed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from core.settings import Settings
 from predictor.commits import Offsets, produce, producer_config
@@ -187,10 +188,12 @@ class ExactlyOnce:
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._offsets.items() if (t, p) in self.assigned]
         try:
             if offsets:
-                # No timeout: unlike init, commit and abort, a timed-out send_offsets cannot be
-                # resumed (called again, it is refused as a conflicting call in progress). During
-                # an outage it waits for the broker; the transaction is then aborted or committed.
-                self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata())
+                # Unlike init, commit and abort, a timed-out send_offsets cannot be resumed (called
+                # again, it is refused as a conflicting call in progress): a timeout replaces the
+                # producer (_recover), whose successor aborts this transaction. Without a timeout
+                # it waited for ever after a broker restart and a rebalance, the loop stuck.
+                self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(),
+                                                          CALL_TIMEOUT_S)
                 KAFKA.mark_up()
             self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing")
         except KafkaException as exc:
@@ -205,7 +208,7 @@ class ExactlyOnce:
             try:
                 self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting")
             except KafkaException as exc:
-                if not exc.args[0].fatal():
+                if not _fatal(exc.args[0]):
                     raise
                 return self._recover(exc)
             self.aborted += 1
@@ -224,14 +227,16 @@ class ExactlyOnce:
         return rewind
 
     def _recover(self, exc: KafkaException) -> Offsets:
-        """After a failed transactional call: abort, or replace a fenced producer; the offsets to
-        rewind to. Anything else leaves the output :attr:`broken` (the loop's way out must not call
-        the producer again: a call after a failed one can wait for it for ever) and is raised."""
+        """After a failed transactional call: abort, or replace the producer; the offsets to rewind to.
+
+        An error that requires an abort aborts. Any other (a fenced producer, or a call that failed
+        otherwise: ``send_offsets_to_transaction`` whose request timed out while a restarted broker
+        loaded its transaction log) replaces the producer without calling it again (a call after a
+        failed one can wait for it for ever): the new one's ``init_transactions`` under the same id
+        aborts what the old one left open. More than :data:`MAX_RESTARTS` replacements a minute
+        leave the output :attr:`broken` and raise."""
         err = exc.args[0]
-        if not err.fatal():
-            if not err.txn_requires_abort():
-                self.broken = True
-                raise exc
+        if not _fatal(err) and err.txn_requires_abort():
             log.warning("transaction aborted (%s): its batches are read again", err.str())
             return self.abort()
         now = time.monotonic()
@@ -239,8 +244,8 @@ class ExactlyOnce:
         if len(self.restarts) > MAX_RESTARTS:
             self.broken = True
             raise exc  # another live worker holds this id: fencing each other, neither gets anywhere
-        log.warning("transactional producer fenced (%s): a new one under %s; its batches are read again",
-                    err.str(), self.transactional_id)
+        log.warning("transactional producer %s (%s): a new one under %s; its batches are read again",
+                    "fenced" if _fatal(err) else "failed", err.str(), self.transactional_id)
         rewind = self._rewind_offsets()
         self.producer = Producer(self.config)
         self._retry(self.producer.init_transactions, "starting transactions")
@@ -282,6 +287,13 @@ class ExactlyOnce:
         self.commit()
         if not self.broken:
             self.producer.flush(CALL_TIMEOUT_S)
+
+
+def _fatal(err: KafkaError) -> bool:
+    """Whether ``err`` says the producer is dead (fenced): a transactional call's error flags it
+    fatal; ``produce`` refuses with the ``_FATAL`` code alone (its error carries no flags). A fenced
+    producer is found out by either, whichever call comes first (the loop's next produce, often)."""
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
 
 
 class _Unavailable(Exception):

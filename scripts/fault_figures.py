@@ -160,7 +160,7 @@ def outage(tmp: Path, what: str, seconds: float, settle: float) -> dict[str, obj
         with contextlib.suppress(AssertionError):  # what is still missing then is reported below
             wait_until(lambda: applied_count(client, "out", work) >= len(work.finishes), settle, "finishes applied")
         missing = len(work.finishes) - applied_count(client, "out", work)
-        clean_pass(client, "clean", work)
+        clean_pass(client, "clean", work, with_submissions=True)  # the published submissions, as sent
         got, want = dump(client, "out"), dump(client, "clean")
         alive = worker.alive()
     return {"fault": f"{what} outage", "down_s": round(down_for, 1), "finishes": len(work.finishes),

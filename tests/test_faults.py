@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,6 +109,8 @@ def make_rig(broker: tuple[Settings, Callable[[float], None]], tmp_path: Path,
     for rig in rigs:
         for proc in rig.workers:
             proc.stop(timeout=20)
+            # pytest shows a teardown's output only when the test failed: the workers' side of it
+            print(f"---- {proc.log_path.name} (exit {proc.proc.returncode}), last lines:\n{proc.log_tail(80)}")
         rig.redis.stop()
 
 
@@ -134,13 +137,14 @@ def _join(thread: threading.Thread) -> None:
         raise errors[0]
 
 
-def _features_settle(rig: Rig, work: Workload, with_submissions: bool = False) -> None:
-    """Wait until the workers' features equal a clean pass (assert with the difference if not);
-    ``with_submissions`` once the submissions were published (they feed the configuration aggregates)."""
+def _features_settle(rig: Rig, work: Workload, submitted: list[dict[str, Any]]) -> None:
+    """Wait until the workers' features equal a clean pass of ``work``'s starts and finishes and the
+    ``submitted`` submissions (those published so far: they feed the configuration aggregates);
+    assert with the difference if not."""
     client, prefix = rig.redis.client(), rig.settings.key_prefix
-    clean = f"{prefix}-clean" + ("-submitted" if with_submissions else "")
+    clean = f"{prefix}-clean-{len(submitted)}"
     if not dump(client, clean):
-        clean_pass(client, clean, work, with_submissions)
+        clean_pass(client, clean, replace(work, submissions=submitted), with_submissions=True)
     want = dump(client, clean)
 
     def equal() -> bool:
@@ -160,15 +164,18 @@ def run_phases(rig: Rig, work: Workload, during_features: Callable[[], None] | N
                during_submissions: Callable[[], None] | None = None, published: Workload | None = None) -> None:
     """Starts and finishes with ``during_features`` mid-stream, features checked; then submissions
     with ``during_submissions`` mid-stream, rankings checked: each ranked once. ``published``: the
-    workload whose submissions were all published, when a test published some of them itself (they
-    all feed the configuration aggregates that the last check compares)."""
+    workload whose submissions were all published, when a test published some of them itself
+    during the features phase (they feed the configuration aggregates that both checks compare)."""
     s = rig.settings
+    every = (published or work).submissions
+    phase = {sub["attempt_id"] for sub in work.submissions}
     publish(s, JOB_STARTS.name, work.starts)
     feed = _in_background(lambda: publish(s, JOB_FINISHES.name, work.finishes, FINISH_RATE))
     if during_features:
         during_features()
     _join(feed)
-    _features_settle(rig, work)  # before submissions: duplicates then see the same features
+    # before submissions: duplicates then see the same features
+    _features_settle(rig, work, [sub for sub in every if sub["attempt_id"] not in phase])
     feed = _in_background(lambda: publish(s, SUBMISSIONS.name, work.submissions, SUBMISSION_RATE))
     if during_submissions:
         during_submissions()
@@ -180,7 +187,7 @@ def run_phases(rig: Rig, work: Workload, during_features: Callable[[], None] | N
     print(f"{work.run}: {len(ids)} submissions ranked, {duplicates} duplicate rankings, "
           f"longest wait {worst:.1f} s")
     assert duplicates == 0, f"{duplicates} duplicate rankings for a read_committed reader"
-    _features_settle(rig, published or work, with_submissions=True)  # nothing else moved meanwhile
+    _features_settle(rig, work, every)  # nothing else moved meanwhile
     rig.check_no_crash()
 
 
@@ -207,19 +214,28 @@ def _after_rankings(rig: Rig, work: Workload, count: int) -> None:
 def test_the_comparison_does_not_depend_on_how_partitions_interleave(tmp_path: Path, run_id: str) -> None:
     # The workers read partitions in any interleaving; a clean pass reads in publication order.
     # Their features can be compared only if the interleaving cannot matter: check that it does
-    # not, with the most extreme one (job after job, last job first).
+    # not, with the most extreme one (job after job, last job first), and that a batch applied
+    # again (a worker stopped before its commit, its successor reading the batch again) changes
+    # nothing, the configuration aggregates' windows and sorted views included.
     red = PrivateRedis(tmp_path / "redis")
     red.start()
     try:
-        work = workload(f"or{run_id}", N_FINISHES, 0)
+        work = workload(f"or{run_id}", N_FINISHES, N_SUBMISSIONS)
         by_job: dict[str, list[dict[str, object]]] = {}
         for f in work.finishes:
             by_job.setdefault(str(f["job_key"]), []).append(f)
+        subs_by_job: dict[str, list[dict[str, Any]]] = {}
+        for sub in work.submissions:
+            subs_by_job.setdefault(str(sub["job_key"]), []).append(sub)
         client = red.client()
-        clean_pass(client, "in-order", work)
-        clean_pass(client, "job-by-job", replace(work, finishes=[f for q in reversed(by_job.values()) for f in q]))
+        clean_pass(client, "in-order", work, with_submissions=True)
+        subs = [sub for q in reversed(subs_by_job.values()) for sub in q]
+        clean_pass(client, "job-by-job", replace(work, finishes=[f for q in reversed(by_job.values()) for f in q],
+                                                 submissions=subs[:100] + subs[40:] + subs[:40]), with_submissions=True)
         in_order = dump(client, "in-order")
         assert any(":pairs:" in k for k in in_order)  # paired ratios are part of the comparison
+        for view in ("", ":win", ":sorted"):  # so are the configuration aggregates
+            assert any(k.startswith(":config:") and k.endswith("}" + view) for k in in_order), view
         assert dump(client, "job-by-job") == in_order
     finally:
         red.stop()
@@ -261,9 +277,6 @@ def test_kill_9_of_the_worker_running_both(make_rig: Callable[..., Rig], run_id:
                during_submissions=then(lambda: _after_rankings(rig, work, 40), kill_latest_and_restart))
 
 
-@pytest.mark.xfail(reason="known defect: after the outage the configuration aggregates that submissions feed "
-                   "differ from a clean pass (60 of 550 keys, observation counts); a stopped worker's "
-                   "uncommitted batch is likely applied twice", strict=False)
 def test_redis_stopped_for_30_s_and_restarted(make_rig: Callable[..., Rig], run_id: str) -> None:
     rig = make_rig()
     worker = rig.start("all")
@@ -321,8 +334,10 @@ def test_slow_redis(make_rig: Callable[..., Rig], run_id: str) -> None:
                during_submissions=then(lambda: _after_rankings(rig, work, 40), pause(3_000)))
 
 
-@pytest.mark.xfail(reason="open in issue 29: after a broker restart the transactional predictor's rankings "
-                   "did not all arrive within the settle time in this session's runs", strict=False)
+@pytest.mark.xfail(reason="open: in about half the runs the `all` worker's predictor, its group session lost "
+                   "during the restart and its partitions assigned again, ranks nothing more and logs nothing "
+                   "(the late submissions go unranked); the transactional errors that made it exit are fixed",
+                   strict=False)
 def test_broker_restarted(make_rig: Callable[..., Rig], run_id: str) -> None:
     rig = make_rig()
     rig.start("all")
@@ -339,8 +354,6 @@ def test_broker_restarted(make_rig: Callable[..., Rig], run_id: str) -> None:
     assert check_rankings(read_rankings(rig.settings, ids, SETTLE_S), ids) == 0
 
 
-@pytest.mark.xfail(reason="open in issue 29: after a broker restart the transactional predictor's rankings "
-                   "did not all arrive within the settle time in this session's runs", strict=False)
 def test_broker_restarted_while_a_transactional_predictor_ranks(make_rig: Callable[..., Rig], run_id: str) -> None:
     rig = make_rig()
     rig.start("features")
@@ -352,7 +365,10 @@ def test_broker_restarted_while_a_transactional_predictor_ranks(make_rig: Callab
     log = predictor.log_path.read_text(errors="replace")
     # on-call reads the outage in a pair of lines, not librdkafka's line per reconnect attempt
     assert "kafka is unavailable" in log and "kafka is back after" in log, predictor.log_tail()
-    assert log.count("kafka is unavailable") <= 3 and "Connection refused" not in log, predictor.log_tail()
+    assert log.count("kafka is unavailable") <= 3, predictor.log_tail()
+    # the unavailable line says the first error seen (a refused connection, often); no other does
+    refused = [line for line in log.splitlines() if "Connection refused" in line and "kafka is unavailable" not in line]
+    assert not refused, predictor.log_tail()
 
 
 def test_a_running_predictor_takes_a_rollback_to_the_lookup_baseline(make_rig: Callable[..., Rig],
