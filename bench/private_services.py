@@ -2,7 +2,7 @@
 
 On a machine where others run workers and benchmarks against the shared local services, a
 benchmark there measures their load too: their Lua batch scripts hold the shared redis-server
-(``SLOWLOG``: ~10 ms per call), and their predictors join the same consumer group (splitting the
+(``SLOWLOG`` shows them), and their predictors join the same consumer group (splitting the
 partitions, or, on the other Kafka engine, refused by the group). Here the benchmark gets its own
 single-node KRaft broker (the shared jars, its own folder and free ports) and redis-server, with
 LEAP's topics; both are stopped when it ends. The machine's CPUs stay shared.

@@ -28,9 +28,9 @@ LOCAL_REDIS_CLUSTER_PORTS = (17001, 17002, 17003)
 LOCAL_SECURE_KAFKA_PORTS = (19292, 19293)
 LOCAL_SECURE_REDIS_PORT = 16380
 
-#: Seconds without a heartbeat after which the broker gives a worker's partitions to another: with
-#: transactions, a killed predictor's submissions are ranked again ~2.2 s later (docs/faults.md,
-#: "Failover"; Faust's default, 60 s, stopped rankings for a minute). Workers raise it to the broker's
+#: Seconds without a heartbeat after which the broker gives a worker's partitions to another: the
+#: session timeout is how long rankings stop after a predictor dies, so it is short (the failover
+#: figures are in docs/faults.md, "Figures"). Workers raise it to the broker's
 #: ``group.min.session.timeout.ms`` (:func:`streams.topics.session_timeout`; Kafka's default is 6 s,
 #: the brokers of ``leap services up`` allow 1 s); ``LEAP_KAFKA_SESSION_TIMEOUT`` changes it.
 DEFAULT_KAFKA_SESSION_TIMEOUT = 2.0
@@ -44,8 +44,9 @@ DEFAULT_ARCHIVE_FLUSH_EVENTS = 10_000
 DEFAULT_ARCHIVE_FLUSH_SECONDS = 300.0
 
 #: Longest a predictor's transaction stays open while submissions keep arriving, seconds, when
-#: ``LEAP_TRANSACTION_INTERVAL`` is unset (it commits at once when nothing more has arrived):
-#: docs/benchmarks.md, "The cost of exactly-once rankings".
+#: ``LEAP_TRANSACTION_INTERVAL`` is unset (it commits at once when nothing more has arrived): a
+#: commit per batch costs a round trip, so at high rates one transaction carries several batches
+#: (docs/benchmarks.md, "Exactly-once rankings").
 DEFAULT_TRANSACTION_INTERVAL = 0.05
 
 

@@ -56,7 +56,7 @@ UNKNOWN_COORDINATE = 1.0
 #: configuration closely (on Gavel, V100 over P100 ranges from 1.2x to 5x with the accelerator
 #: count at one batch), so the nearest configurations of the same workload should decide; across
 #: model types (family, all) configurations are less comparable and the wide kernel's average is
-#: what helps. Chosen on fold seeds 0 and 2 of the public tables (``docs/alternatives.md``). The
+#: what helps. Chosen on fold seeds 0 and 2 of the public tables (``docs/evaluation.md``). The
 #: total weight a summary reports is the wide kernel's at every level, so the rows' weight columns
 #: keep their meaning.
 SHARPNESS: Mapping[str, float] = {"model": 16.0, "family": 1.0, "all": 1.0}
@@ -67,7 +67,7 @@ SHARPNESS: Mapping[str, float] = {"model": 16.0, "family": 1.0, "all": 1.0}
 #: never seen before (or any of the cluster) should not follow; a widely spread window has no
 #: cluster to be robust about, and there the mean's compromise does better. 0 keeps the mean (the
 #: model level, whose sharpened kernel already follows the nearest configurations). Chosen on fold
-#: seeds 0 and 2 of the public tables (``docs/alternatives.md``).
+#: seeds 0 and 2 of the public tables (``docs/evaluation.md``).
 MEDIAN_BELOW_SPREAD: Mapping[str, float] = {"model": 0.0, "family": 0.3, "all": 0.3}
 
 PRECISION_BITS: Mapping[str, float] = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}

@@ -13,8 +13,8 @@ A job keeps its configuration across attempts unless its owner changes it when r
   hyper-parameter iterations that change the batch size.
 
 No public trace gives these rates; they are the simulator's assumption, set so that a changed
-configuration is a common but not a typical event: over 30 days x 10,000 attempts (4.2 per job)
-19 % of jobs run in two configurations and 17 % of attempts in a changed one. A job changes at most once; the change is
+configuration is a common but not a typical event (``leap fleet history`` prints the share of
+attempts that run a changed configuration; docs/simulator.md gives it). A job changes at most once; the change is
 drawn as the configuration of a *variant* row of the job (:func:`variant_configs`), which
 keeps the job's own factors. The submission and the finish of a changed attempt carry its own
 batch, precision and accelerator count, so a predictor sees the change.

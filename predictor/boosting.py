@@ -17,8 +17,8 @@ from predictor.compiled import TreePredictor
 #: From this many training rows on, a random tenth is held out to calibrate; below, all rows out of fold.
 HOLDOUT_FROM = 20_000
 #: Below this many training rows the trees are small and many, learning slowly from few rows per
-#: leaf: the settings the old pairwise model used on the public tables' few hundred rows (fold
-#: seed 0 compared them with two other sizes, docs/measurements.md).
+#: leaf: the settings the old pairwise model used on the public tables' few hundred rows, chosen
+#: on fold seed 0 against two other sizes.
 SMALL_ROWS = 1000
 SMALL_SIZE: dict[str, float] = {"num_leaves": 15, "n_estimators": 400, "min_child_samples": 5, "learning_rate": 0.05}
 #: LightGBM's categorical settings (its defaults from :data:`HOLDOUT_FROM` rows on). Its own
@@ -32,8 +32,8 @@ def map_values(values: np.ndarray, table: Mapping[str, Any], default: Any, dtype
     """``table[str(v)]`` for each value, ``default`` where absent: one lookup per distinct value.
 
     What ``np.unique(values.astype(str), return_inverse=True)`` and a lookup per distinct value
-    give, without turning every object into a fixed-width string and sorting them (3-4x slower on a
-    serving batch's category columns).
+    give, without turning every object into a fixed-width string and sorting them (which cost a
+    serving batch several times as much).
     """
     items = values.tolist()
     found = {v: table.get(str(v), default) for v in set(items)}

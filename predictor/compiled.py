@@ -63,8 +63,8 @@ CODEGEN_VERSION = "3"
 #: Libraries kept in the cache folder (the most recently used; each model version makes one).
 KEEP_LIBRARIES = 8
 #: Rows scored together tree by tree: each block walks all the compiled code once (megabytes for
-#: the served model), so blocks are large; 2,048 rows measured 15-25 % faster than 256 on a batch
-#: of 11,399 rows, and faster than 8,192 or the whole batch (docs/benchmarks.md).
+#: the served model), so blocks are large; much larger blocks no longer fit the caches and were
+#: slower again when the size was chosen.
 ROW_BLOCK = 2048
 
 

@@ -22,7 +22,7 @@ at 0.5, so outliers weigh like a Huber loss) with a small L2 pull of every param
 mean. A model type never seen uses the median constants of its family.
 
 The base model reads the result as one more column; alone it carries priors across hardware
-about as well as the trees, and together they do better than either (docs/architecture.md).
+about as well as the trees, and together they do better than either (docs/model.md, remove-one).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from predictor.compiled import TreePredictor
 
 #: Estimates each evidence level chooses from, after the model's own prediction (index 0). Rows
 #: without history keep the prediction: choosing among the base model and the lookup medians
-#: there scored lower on both tuning histories (docs/drivers.md).
+#: there scored lower on both tuning histories (docs/model.md).
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "same": ("prior_same_log", "prior_same_last_log", "blended_transfer_log"),
     "other": ("base_transfer_log", "blended_transfer_log", "transfer_paired_log", "prior_other_log"),

@@ -151,8 +151,8 @@ def build_app(settings: Settings, role: str) -> tuple[faust.App, dict[str, faust
         # A new feature group rebuilds state from the retained history; a new predictor group
         # starts at the end (nobody waits for rankings of old submissions any more).
         consumer_auto_offset_reset="latest" if role == "predictor" else "earliest",
-        # Sent at once: a 5 ms linger held every ranking ~7 ms longer at 200/s (bench e2e hop_out p50
-        # 8.1-10.5 ms at 5, 1.3-1.5 ms at 0); at high rates aiokafka still batches while a request is out.
+        # Sent at once: at low rates a linger holds every ranking for the whole linger (bench e2e's
+        # hop_out shows it); at high rates aiokafka still batches while a request is out.
         producer_linger_ms=0,
         broker_commit_every=500,
         broker_commit_interval=1.0,

@@ -24,9 +24,8 @@ from streams.resilience import KAFKA
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, READ_COMMITTED, SUBMISSIONS, end_offsets
 
 _PRODUCER: dict[str, str | int | float | bool] = {
-    # Sent at once: every submission waited up to 2 ms here (bench e2e --private --engine confluent
-    # --model lookup --rate 200, alternating runs: hop_in p50 5.9 and 3.8 ms at 2, 1.3 and 0.8 ms
-    # at 0); under load librdkafka still batches what queues while a request is in flight.
+    # Sent at once: with a linger every submission waits for it before it leaves (bench e2e's
+    # hop_in shows it); under load librdkafka still batches what queues while a request is in flight.
     "linger.ms": 0, "enable.idempotence": True, "compression.type": "lz4",
 }
 _CONSUMER: dict[str, str | int | float | bool] = {
@@ -113,7 +112,7 @@ class SchedulerClient:
         while (left := deadline - time.monotonic()) > 0:
             # Wait for the first message only, then take what has already arrived: consume() with
             # a timeout waits for its whole batch or its whole timeout, which held each ranking
-            # here for up to 50 ms (bench e2e: ~25 ms of the outbound hop's median).
+            # here for up to that timeout (bench e2e's hop_out showed it).
             first = self.consumer.poll(min(left, 0.05))
             if first is None:
                 continue

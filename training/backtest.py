@@ -19,9 +19,9 @@ history has the simulator's oracle table, two references that no model can beat:
   hardware, relative to the law at the configuration it was measured at, times the law here;
   no history: the law. The job's input cap (15% of simulated jobs) is the job's own, like its
   speed factor: applied once a measured attempt of the job ran at it before the submission.
-  Seed-23 history (README), 30-day mean acc@10: every effect and cap known from the start (earlier
-  versions; histories without ``architecture_effect`` know every effect) 0.7005, effects as
-  revealed 0.6996, caps as revealed too 0.6808.
+  Knowing an effect or a cap before anything revealed it would credit the ceiling with what no
+  predictor can know at submission time (``knows_every_effect``, ``knows_every_cap`` keep the
+  earlier rules; histories without ``architecture_effect`` know every effect).
 
 Top-1 and regret use a sample of attempts with every candidate's rows.
 """

@@ -14,7 +14,7 @@ for each other cost more than they gain; LightGBM is deterministic, so the threa
 not change any number). ``max_train_rows`` can cap the rows per fit, but it saves little
 (fit time is dominated by boosting rounds, not rows) and it changes the answers: a capped
 default model loses accuracy and then looks beaten by a smaller model and a shorter window
-(docs/drivers.md), so it is off by default.
+(docs/model.md), so it is off by default.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("window_60", "window 60 d", "window", window_days=60),
     Variant("weekly", "weekly retrain", "cadence", cadence_days=7),
     Variant("small", "small (15 leaves, 100 trees)", "size", (("num_leaves", 15), ("n_estimators", 100))),
-    # Between small and the default: what serving could save (issue 13) if accuracy does not move.
+    # Between small and the default: what serving could save if accuracy does not move.
     Variant("medium", "medium (31 leaves, 150 trees)", "size", (("num_leaves", 31), ("n_estimators", 150))),
     Variant("trees_150", "fewer trees (63 leaves, 150 trees)", "size", (("num_leaves", 63), ("n_estimators", 150))),
     Variant("large", "large (255 leaves, 600 trees)", "size", (("num_leaves", 255), ("n_estimators", 600))),

@@ -29,8 +29,8 @@ on it the frozen model chooses its ridge penalty and the fine-tuned model its le
 its number of epochs; then, per evidence level, how much of the heads' correction to keep
 (``trust_``, as the served model does) and the uncertainty band.
 
-Encoding is the cost (~12 ms a row forward on 2 CPU cores, ~50 ms a row through a fine-tuning
-step). Both models fit on every training row by default (``max_rows=None``); ``max_rows`` caps
+Encoding is the cost (milliseconds a row forward on a CPU, several times that through a
+fine-tuning step). Both models fit on every training row by default (``max_rows=None``); ``max_rows`` caps
 them at a seeded sample where that cost is too high (the simulator's ~100k rows a night).
 """
 
@@ -337,7 +337,7 @@ class FrozenMiniLM(_MiniLMRegressor):
     Parameters
     ----------
     max_rows
-        Rows embedded to fit (None: every training row; ~12 ms a row on 2 cores).
+        Rows embedded to fit (None: every training row; encoding is the cost).
     alpha
         Ridge penalty (embedding and features scaled first, :func:`minilm_train.fit_heads`)
         when nothing is held out; otherwise the one of ``alphas`` with the least squared error
@@ -401,7 +401,7 @@ class FineTunedMiniLM(_MiniLMRegressor):
     max_rows
         Rows sampled to fine-tune on (None: every training row).
     batch
-        Rows per Adam step (~50 ms a row through encoder and gradient on 2 cores).
+        Rows per Adam step (each row goes through the encoder and its gradient).
     learning_rates
         Adam learning rates of encoder and heads to choose from (linear warm-up over
         ``warmup`` steps, then constant).

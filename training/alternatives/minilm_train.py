@@ -4,8 +4,8 @@ A head is linear in ``[embedding, numeric features]``, with one set of weights p
 level (:func:`predictor.lgbm.evidence_level`: the job ran on this hardware before / only
 elsewhere / never). One head for all rows does badly: the residual of a job that ran here before
 is a few per cent, that of a cold start a factor of several, and weights fitted to both move the
-first far off (on the tuning history, acc@10 fell from 0.56 for the anchor alone to 0.13). Per
-level, each learns the corrections its rows need.
+first far off (on the tuning history, far below the anchor alone). Per level, each learns the
+corrections its rows need.
 
 :func:`fit_heads` fits them by ridge on fixed (frozen) embeddings. :func:`finetune_until_stale`
 trains heads and encoder (:mod:`training.alternatives.minilm`) together by Adam on the mean

@@ -121,7 +121,7 @@ def backtest_alternatives(
         ``(history, examples)`` already built (with candidate rows from the first test day on).
     pick_sample
         Submissions per day whose every candidate is predicted, for top-1 and regret (a language
-        model spends ~25 ms of CPU per candidate row, so large samples cost it hours).
+        model spends milliseconds of CPU per candidate row, so large samples cost it hours).
 
     Returns
     -------

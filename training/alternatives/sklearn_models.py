@@ -17,9 +17,8 @@ The defaults were chosen on a tuning history, never on a reported run: ``leap fl
 --days 14 --attempts-per-day 2000 --seed 7``, the last 3 nightly retrains with a 30-day window,
 by mean acc@10 (reports use other seeds); ``leap alternatives --tune`` searches them again
 (:mod:`training.alternatives.tuning`). Two choices hold for all four: the per-source **trust**
-(:meth:`SklearnThroughput._calibrate_trust`) lifted every learner (acc@10: MLP 0.515 -> 0.601,
-forest 0.589 -> 0.603, kNN 0.557 -> 0.571), and the **residual** target is what makes a linear
-model usable at all (see :class:`RidgeThroughput`).
+(:meth:`SklearnThroughput._calibrate_trust`) lifted every learner on the tuning history, and the
+**residual** target is what makes a linear model usable at all (see :class:`RidgeThroughput`).
 
 Every training row is used (``max_rows=None``, the forest's trees draw as many rows as there
 are): the fit times in the reports are what that costs.
@@ -210,11 +209,10 @@ class RidgeThroughput(SklearnThroughput):
     """Ridge regression (L2-penalised least squares) of the correction to the anchor, one per
     anchor source.
 
-    Tuning (seed 7): ``alpha`` in 1, 10, 100 gave acc@10 0.600, 0.599, 0.591 (0.619 and 0.616 for
-    1 and 10 once the rows carried paired ratios). One pooled ridge scored 0.190, far below its
-    own anchor (0.570): a linear correction learned mostly on transferred priors was applied to
-    rows whose anchor is the job's own throughput on the candidate, which need none; one ridge
-    per anchor source (``by_source``) fixed that.
+    Tuning (seed 7): ``alpha`` 1 scored best of 1, 10 and 100. One pooled ridge scored far below
+    its own anchor: a linear correction learned mostly on transferred priors was applied to rows
+    whose anchor is the job's own throughput on the candidate, which need none; one ridge per
+    anchor source (``by_source``) fixed that.
 
     Parameters
     ----------
@@ -244,10 +242,9 @@ class KNNThroughput(SklearnThroughput):
     Distances are taken over :data:`KNN_COLUMNS` only (standardised): with every column, the
     one-hot categories and counts outnumber what makes two rows alike and neighbours fit worse.
 
-    Tuning (seed 7): every column 0.571, :data:`KNN_COLUMNS` 0.580 (with hardware, prior
-    hardware and family one-hot too 0.577); ``n_neighbors`` 5, 10, 20 gave 0.579, 0.580, 0.577;
-    per source or pooled made no difference (0.580 both); 0.617 once the rows carried paired
-    ratios (their anchor alone: 0.613).
+    Tuning (seed 7): :data:`KNN_COLUMNS` scored above every column and above these columns with
+    the hardware, prior hardware and family one-hot; 10 neighbours above 5 and 20; per source or
+    pooled made no difference.
 
     Parameters
     ----------
@@ -282,9 +279,9 @@ class KNNThroughput(SklearnThroughput):
 class ForestThroughput(SklearnThroughput):
     """A random forest of the correction, on ordinal-coded categories (trees need no one-hot).
 
-    Tuning (seed 7): ``min_samples_leaf`` 3 or 10 and ``max_features`` 0.5 or 0.3 gave acc@10
-    0.603 (3, 0.5), 0.598 (10, 0.5), 0.599 (3, 0.3) (then on 20,000-row samples per tree; now
-    every tree draws as many rows as there are).
+    Tuning (seed 7): ``min_samples_leaf`` 3 with ``max_features`` 0.5 scored best of 3 or 10 and
+    0.5 or 0.3 (then on 20,000-row samples per tree; now every tree draws as many rows as there
+    are).
 
     Parameters
     ----------
@@ -323,7 +320,7 @@ class ForestThroughput(SklearnThroughput):
         learners = super()._fit_learners(x, target, source)
         for forest in learners.values():
             # Trees fit in two threads; predicting in one: starting the thread pool costs more
-            # than a serving batch of a few rows takes (~0.5 ms a row on a small batch with two).
+            # than a serving batch of a few rows takes.
             forest.n_jobs = 1
         return learners
 
@@ -331,9 +328,9 @@ class ForestThroughput(SklearnThroughput):
 class MLPThroughput(SklearnThroughput):
     """A two-layer perceptron (ReLU, Adam) of the correction, stopped early on a held-out tenth.
 
-    Tuning (seed 7), acc@10 and fit time on ~22k rows: (128, 64) with ``alpha`` 1e-3 0.601 (63 s),
-    1e-2 0.612 (57 s); (64, 32) with 1e-3 0.606 (47 s), 1e-4 0.610 (36 s). The last is within
-    0.002 of the best at two thirds of its cost, so it is the default. It trains on every row.
+    Tuning (seed 7), acc@10 and fit time of (128, 64) and (64, 32) at several ``alpha``: (64, 32)
+    with 1e-4 was about as accurate as the best at two thirds of its fit time, so it is the
+    default. It trains on every row.
 
     Parameters
     ----------

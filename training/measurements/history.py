@@ -1,6 +1,6 @@
 """A measurement table as LEAP history: one job per configuration, one finished attempt per row.
 
-Rules (``docs/measurements.md`` explains them):
+Rules (``docs/evaluation.md`` explains them):
 
 - a **job** is a configuration (:func:`training.measurements.pairs.config_ids`); its ``job_key``
   is ``<name>-c<config id>``, its ``model_type`` the table's ``workload``;
