@@ -159,3 +159,26 @@ def small_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("history")
     write_history(simulate(seed=4, days=10, attempts_per_day=1500, start=parse_day("2025-03-01")), out)
     return out
+
+
+@pytest.fixture(scope="session")
+def served_with_selectors(small_history: Path) -> tuple[Any, Any]:
+    """The served model fitted with a held-out tenth and its selectors on the small history
+    (thresholds lowered to its size), and that history's holdout day: ``(model, holdout)``.
+    Shared, so fitted once; tests must not change the model."""
+    import numpy as np
+
+    from core.hardware import load_catalogue
+    from predictor import lgbm, selector
+    from training.dataset import build_examples, read_history
+    from training.train import split
+
+    ex = build_examples(read_history(small_history), load_catalogue())
+    last = float(np.floor(ex.submit_time.max() / 86400) * 86400)
+    sp = split(ex, last + 86400, window_days=30)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lgbm, "HOLDOUT_FROM", 1000)
+        mp.setattr(selector, "MIN_ROWS", 30)
+        model = lgbm.LightGBMThroughput(n_estimators=40, num_leaves=15, num_threads=1).fit(
+            sp.train.rows, sp.train.y, sp.train.job_key)
+    return model, sp.holdout

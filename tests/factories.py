@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import shutil
 import socket
 import subprocess
@@ -194,3 +195,14 @@ def late_redis_server(port: int, after_s: float, workdir: Path) -> Iterator[dict
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def slice_table(src: Path, dst: Path, workloads: set[str]) -> Path:
+    """Write the rows of measurement table ``src`` whose workload is in ``workloads`` to ``dst``."""
+    with src.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["workload"] in workloads]
+    with dst.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return dst

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ from core.accuracy import summary
 from core.hardware import load_catalogue
 from predictor.lgbm import evidence_level
 from predictor.models import PriorTransfer
+from tests.factories import slice_table
 from training import measurements as m
 from training.alternatives.pairwise import PairwiseLightGBM
 from training.dataset import read_history
@@ -25,20 +25,10 @@ LAMBDA = ROOT / "data" / "measurements" / "lambda.csv"
 MLPERF = ROOT / "data" / "measurements" / "mlperf.csv"
 
 
-def _slice(src: Path, dst: Path, workloads: set[str]) -> Path:
-    with src.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["workload"] in workloads]
-    with dst.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return dst
-
-
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three Gavel workloads: enough configurations for 5 folds, fast to fit."""
-    return _slice(GAVEL, tmp_path_factory.mktemp("m") / "small.csv", {"LM", "ResNet-18", "Transformer"})
+    return slice_table(GAVEL, tmp_path_factory.mktemp("m") / "small.csv", {"LM", "ResNet-18", "Transformer"})
 
 
 @pytest.mark.parametrize("protocol", m.PROTOCOLS)
@@ -83,7 +73,7 @@ def test_a_fold_trains_on_other_jobs_and_tests_every_attempt_of_its_own(small: P
 
 
 def test_lambda_suites_are_never_one_job(tmp_path: Path) -> None:
-    t, th = m.load_history(_slice(LAMBDA, tmp_path / "l.csv", {"resnet50"}))
+    t, th = m.load_history(slice_table(LAMBDA, tmp_path / "l.csv", {"resnet50"}))
     assert {"v0", "v1_v2_curated"} <= set(t.suite)
     for job in set(th.job_key.tolist()):
         assert len({t.suite[i] for i in np.flatnonzero(th.job_key == job).tolist()}) == 1

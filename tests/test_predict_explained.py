@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
 from features.rows import Rows
-from predictor import lgbm, selector
+from predictor import lgbm
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import (
     BASELINES,
@@ -20,8 +17,7 @@ from predictor.models import (
     first_finite,
     first_finite_source,
 )
-from training.dataset import Examples, build_examples, read_history
-from training.train import split
+from training.dataset import Examples
 
 NAN = float("nan")
 
@@ -68,19 +64,6 @@ def test_labels_of_the_paired_transfer_point_at_the_value_served() -> None:
 # ---------------------------------------------------------------------------- the served model
 
 
-@pytest.fixture(scope="module")
-def served(small_history: Path) -> tuple[LightGBMThroughput, Examples]:
-    """The served model with a held-out tenth and its selectors, on the small history (thresholds
-    lowered to its size, as in tests/test_selector.py)."""
-    ex = build_examples(read_history(small_history), load_catalogue())
-    last = float(np.floor(ex.submit_time.max() / 86400) * 86400)
-    sp = split(ex, last + 86400, window_days=30)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lgbm, "HOLDOUT_FROM", 1000)
-        mp.setattr(selector, "MIN_ROWS", 30)
-        model = LightGBMThroughput(n_estimators=40, num_leaves=15, num_threads=1).fit(
-            sp.train.rows, sp.train.y, sp.train.job_key)
-    return model, sp.holdout
 
 
 def served_from(model: LightGBMThroughput, rows: Rows, pred: np.ndarray, estimate: np.ndarray) -> None:
@@ -96,8 +79,8 @@ def served_from(model: LightGBMThroughput, rows: Rows, pred: np.ndarray, estimat
 
 
 def test_the_served_model_gives_the_same_numbers_and_says_which_estimate(
-        served: tuple[LightGBMThroughput, Examples]) -> None:
-    model, holdout = served
+        served_with_selectors: tuple[LightGBMThroughput, Examples]) -> None:
+    model, holdout = served_with_selectors
     assert model.selectors_  # the selectors run in this pass
     pred, estimate = model.predict_explained(holdout.rows)
     np.testing.assert_array_equal(pred, model.predict(holdout.rows))
@@ -106,8 +89,8 @@ def test_the_served_model_gives_the_same_numbers_and_says_which_estimate(
 
 
 def test_without_trust_in_the_correction_the_anchor_is_served_and_named(
-        served: tuple[LightGBMThroughput, Examples]) -> None:
-    model, holdout = served
+        served_with_selectors: tuple[LightGBMThroughput, Examples]) -> None:
+    model, holdout = served_with_selectors
     kept = model.selectors_, model.trust_by_evidence_, model.trust_new_type_
     try:
         model.selectors_, model.trust_by_evidence_, model.trust_new_type_ = {}, dict.fromkeys(lgbm.EVIDENCE, 0.0), {}

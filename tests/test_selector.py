@@ -8,16 +8,14 @@ import numpy as np
 import pytest
 
 from core.accuracy import summary
-from core.hardware import load_catalogue
 from features.rows import Rows
-from predictor import lgbm, selector
+from predictor import selector
 from predictor.calibration import EVIDENCE
 from predictor.compiled import CompiledTrees
 from predictor.lgbm import LightGBMThroughput
 from predictor.registry import Registry
 from predictor.selector import CANDIDATES, CONTEXT, PREFIX, fit_selectors, select
-from training.dataset import Examples, build_examples, read_history
-from training.train import split
+from training.dataset import Examples
 
 
 def synthetic(n: int, seed: int) -> tuple[Rows, np.ndarray, np.ndarray]:
@@ -67,23 +65,9 @@ def test_without_selectors_nothing_changes() -> None:
 # ---------------------------------------------------------------------------- in the served model
 
 
-@pytest.fixture(scope="module")
-def with_selectors(small_history: Path) -> tuple[LightGBMThroughput, Examples]:
-    """The served model fitted with a held-out tenth on the small history (thresholds lowered to its size)."""
-    ex = build_examples(read_history(small_history), load_catalogue())
-    last = float(np.floor(ex.submit_time.max() / 86400) * 86400)
-    sp = split(ex, last + 86400, window_days=30)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lgbm, "HOLDOUT_FROM", 1000)
-        mp.setattr(selector, "MIN_ROWS", 30)
-        model = LightGBMThroughput(n_estimators=40, num_leaves=15, num_threads=1).fit(
-            sp.train.rows, sp.train.y, sp.train.job_key)
-    return model, sp.holdout
-
-
-def test_the_served_model_fits_selectors_on_its_held_out_jobs(with_selectors: tuple[LightGBMThroughput, Examples]
+def test_the_served_model_fits_selectors_on_its_held_out_jobs(served_with_selectors: tuple[LightGBMThroughput, Examples]
                                                               ) -> None:
-    model, holdout = with_selectors
+    model, holdout = served_with_selectors
     assert set(model.selectors_) == {PREFIX + name for name in CANDIDATES}
     chosen = model.predict(holdout.rows)
     selectors, model.selectors_ = model.selectors_, {}
@@ -98,9 +82,9 @@ def test_the_served_model_fits_selectors_on_its_held_out_jobs(with_selectors: tu
 
 
 def test_selectors_are_saved_loaded_and_compiled_with_the_model(
-    with_selectors: tuple[LightGBMThroughput, Examples], tmp_path: Path
+    served_with_selectors: tuple[LightGBMThroughput, Examples], tmp_path: Path
 ) -> None:
-    model, holdout = with_selectors
+    model, holdout = served_with_selectors
     record = Registry(tmp_path / "registry").save(model, {"metrics": {}})
     assert {p.name for p in record.path.iterdir()} >= {f"{name}.txt" for name in model.selectors_}
     loaded = Registry(tmp_path / "registry").load(record.version)

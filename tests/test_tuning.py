@@ -4,7 +4,6 @@ held-out parts by job that every alternative now has."""
 
 from __future__ import annotations
 
-import csv
 import inspect
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from core.hardware import load_catalogue
 from fleet.history import simulate, write_history
+from tests.factories import slice_table
 from training.alternatives import tuning
 from training.alternatives.pairwise import PairwiseLightGBM
 from training.alternatives.plain import PlainLightGBM
@@ -23,16 +23,6 @@ from training.days import parse_day
 
 ROOT = Path(__file__).resolve().parent.parent
 GAVEL = ROOT / "data" / "measurements" / "gavel.csv"
-
-
-def _slice(dst: Path, workloads: set[str]) -> Path:
-    with GAVEL.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["workload"] in workloads]
-    with dst.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return dst
 
 
 @pytest.mark.parametrize("family", list(tuning.CLASSES))
@@ -64,8 +54,8 @@ def test_rotation_chooses_each_table_on_the_others_only() -> None:
 
 
 def test_tuned_tables_report_each_family_at_its_chosen_draw(tmp_path: Path) -> None:
-    paths = [_slice(tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"}),
-             _slice(tmp_path / "b.csv", {"A3C", "CycleGAN", "ResNet-50", "Recommendation"})]
+    paths = [slice_table(GAVEL, tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"}),
+             slice_table(GAVEL, tmp_path / "b.csv", {"A3C", "CycleGAN", "ResNet-50", "Recommendation"})]
     names = ["transfer_paired", "ridge", "pairwise_lightgbm"]
     tables, tun = tuning.tuned_tables(paths, names, draws=2, seed=0)
     assert tun["tables"] == ["a", "b"] and tun["draws"] == 2
@@ -156,6 +146,6 @@ def test_cli_tune_needs_two_tables(tmp_path: Path) -> None:
 
     from leap.cli import app
 
-    one = _slice(tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"})
+    one = slice_table(GAVEL, tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"})
     res = CliRunner().invoke(app, ["alternatives", "--tables", str(one), "--tune", "2", "--models", "ridge"])
     assert res.exit_code == 2 and "at least two tables" in " ".join(res.output.split())
