@@ -253,7 +253,7 @@ def delivery_runs(settings: Settings, delivery: str, role: str, model_dir: Path 
     try:
         say(f"starting a {role} worker ({delivery}), model {model.version if model_dir else 'announced'}")
         worker = BenchWorker(worker_settings, role, home / "worker.log", model_dir)
-        with SchedulerClient(settings) as client:
+        with SchedulerClient(settings, deployment=store.layout.prefix) as client:
             ready_s, members = worker_ready(client, worker, pool[0], settings, role, startup_timeout)
             runs, versions = repeat_runs(client, pool, load.rate, load.duration, load.window, load.drain,
                                          load.repeat, store, model)

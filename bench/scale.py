@@ -116,7 +116,7 @@ def bench_scale(settings: Settings, duration: float = 10.0, window: int = 400, r
     try:
         seed_store(store, w)
         add()
-        with SchedulerClient(settings) as client:
+        with SchedulerClient(settings, deployment=prefix) as client:
             wait_until_ranking(client, workers[0], w.submissions[0], startup_timeout)
             collector = Collector(client)
             collector.start()

@@ -125,9 +125,10 @@ def _growth(points: list[tuple[float, float]], warmup: float, window: float) -> 
 def _drive(settings: Settings, w: Workload, workers: dict[str, WorkerProcess], minutes: float, rate: float,
            bad_share: float, sample_s: float) -> tuple[dict[str, int], dict[str, float], set[str],
                                                      dict[str, list[tuple[float, float]]]]:
-    """Publish for ``minutes`` while sampling RSS; (counts, sent times, answered ids, RSS samples)."""
+    """Publish for ``minutes`` while sampling RSS; (counts, sent times, answered ids, RSS samples).
+    ``settings`` are the workers' (their key prefix): only their rankings are followed."""
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in workers}
-    with SchedulerClient(settings) as client:
+    with SchedulerClient(settings, deployment=settings.key_prefix) as client:
         wait_until_ranking(client, workers["predictor"], w.submissions[0], 120.0)
         collector, stop = Collector(client), threading.Event()
         sent: dict[str, float] = {}
@@ -171,7 +172,7 @@ def bench_soak(settings: Settings, minutes: float = 30.0, rate: float = 500.0, b
         for role, topics in roles.items():
             skip_to_end(scoped, consumer_group(scoped, role), topics)  # a backlog of other runs is not this load
             workers[role] = WorkerProcess(scoped, role, home / f"{role}.log")
-        out, _, answered, samples = _drive(settings, w, workers, minutes, rate, bad_share, sample_s)
+        out, _, answered, samples = _drive(scoped, w, workers, minutes, rate, bad_share, sample_s)
         lags = _settled_lags(scoped, roles)
         alive = {name: proc.alive() for name, proc in workers.items()}
     finally:

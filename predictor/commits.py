@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from core.settings import Settings
 from streams.kafkalog import client_logging
 from streams.resilience import KAFKA
+from streams.topics import deployment_headers
 
 log = logging.getLogger("leap.predictor")
 
@@ -173,6 +174,7 @@ class AtLeastOnce:
     def __init__(self, settings: Settings, consumer: Consumer, assigned: set[tuple[str, int]]) -> None:
         # no message timeout: a broker outage holds rankings in the queue until it is back
         self.producer = Producer(producer_config(settings, **{"message.timeout.ms": 0}))
+        self.headers = deployment_headers(settings)
         self.consumer = consumer
         self.assigned = assigned
         self.commits = Commits()
@@ -185,7 +187,7 @@ class AtLeastOnce:
     def send(self, topic: str, key: bytes, value: bytes) -> None:
         batch = self._batch
         assert batch is not None, "a send outside a batch"
-        produce(self.producer, topic, key, value, on_delivery=batch.delivered)
+        produce(self.producer, topic, key, value, on_delivery=batch.delivered, headers=self.headers)
         batch.outstanding += 1
 
     def end_batch(self, handled: bool) -> Offsets:

@@ -43,6 +43,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from core.settings import Settings
 from predictor.commits import Offsets, produce, producer_config
 from streams.resilience import KAFKA
+from streams.topics import deployment_headers
 
 log = logging.getLogger("leap.predictor")
 
@@ -118,6 +119,7 @@ class ExactlyOnce:
             "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
         })
         self.producer = Producer(self.config)
+        self.headers = deployment_headers(settings)
         self.aborted = 0  # transactions aborted (and their batches rewound) so far
         self.restarts: list[float] = []  # when a fenced producer was replaced
         self.broken = False  # a transactional call failed for good: nothing more is tried, the worker exits
@@ -155,7 +157,7 @@ class ExactlyOnce:
                 self.producer.begin_transaction()
                 self._opened_at = time.monotonic()
             for topic, key, value in buffered:
-                produce(self.producer, topic, key, value)
+                produce(self.producer, topic, key, value, headers=self.headers)
         except KafkaException as exc:
             rewind = self._recover(exc)
             self._batch, self._void = None, False

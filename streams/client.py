@@ -15,13 +15,21 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from core.settings import Settings
 from streams.events import EventError, JobFinish, JobStart, Ranking, Submission
 from streams.kafkalog import client_logging
 from streams.resilience import KAFKA
-from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, READ_COMMITTED, SUBMISSIONS, end_offsets
+from streams.topics import (
+    DEPLOYMENT_HEADER,
+    JOB_FINISHES,
+    JOB_STARTS,
+    RANKINGS,
+    READ_COMMITTED,
+    SUBMISSIONS,
+    end_offsets,
+)
 
 _PRODUCER: dict[str, str | int | float | bool] = {
     # Sent at once: with a linger every submission waits for it before it leaves (bench e2e's
@@ -53,10 +61,15 @@ class SchedulerClient:
         Connection settings.
     follow_rankings
         Open a consumer on the rankings topic positioned at its end now.
+    deployment
+        Follow only the rankings of the deployment with this key prefix (their
+        ``leap-deployment`` header); None: every ranking on the topic. Two deployments sharing a
+        broker each rank every submission, from their own features.
     """
 
-    def __init__(self, settings: Settings, follow_rankings: bool = True) -> None:
+    def __init__(self, settings: Settings, follow_rankings: bool = True, deployment: str | None = None) -> None:
         self.settings = settings
+        self._deployment = deployment.encode() if deployment is not None else None
         self._errors: list[str] = []
         self.bad_rankings = 0
         self.producer = Producer(settings.confluent_config(**_PRODUCER, **client_logging()))
@@ -117,7 +130,7 @@ class SchedulerClient:
             if first is None:
                 continue
             for msg in [first, *self.consumer.consume(num_messages=499, timeout=0)]:
-                if msg.error():
+                if msg.error() or not self._ours(msg):
                     continue
                 try:
                     ranking = Ranking.decode(msg.value())
@@ -128,6 +141,12 @@ class SchedulerClient:
                                 msg.topic(), msg.partition(), msg.offset(), exc)
                     continue
                 yield ranking, time.time()
+
+    def _ours(self, msg: Message) -> bool:
+        """Whether a ranking is the followed deployment's (every one when none is named)."""
+        if self._deployment is None:
+            return True
+        return (DEPLOYMENT_HEADER, self._deployment) in (msg.headers() or ())
 
     def wait_for(self, attempt_ids: Iterable[str], timeout: float = 30.0) -> dict[str, tuple[Ranking, float]]:
         """Collect the rankings of the given attempts (or as many as arrive before ``timeout``).

@@ -57,6 +57,17 @@ READ_COMMITTED: dict[str, str] = {"isolation.level": "read_committed"}
 CURRENT_MODEL_KEY = b"current"
 
 
+#: Header on every message a predictor produces (rankings, dead letters): the key prefix of the
+#: deployment that produced it. Two deployments sharing a broker each rank every submission (see
+#: :func:`consumer_group`); a scheduler of one follows only its own (``SchedulerClient(deployment=)``).
+DEPLOYMENT_HEADER = "leap-deployment"
+
+
+def deployment_headers(settings: Settings) -> list[tuple[str, bytes]]:
+    """The headers a predictor of this deployment puts on what it produces."""
+    return [(DEPLOYMENT_HEADER, settings.key_prefix.encode())]
+
+
 def consumer_group(settings: Settings, role: str) -> str:
     """The consumer group of a worker role: each role is its own group, named after the
     deployment's key prefix (``leap-predictor`` by default).

@@ -256,3 +256,21 @@ def test_end_to_end(settings: Settings, worker: WorkerProcess, rds: redis.Redis,
 
     _assert_rankings(seen, subs)
     _assert_dead_letters(settings, since_ms, bad_finishes + bad_subs)
+
+
+def test_a_client_follows_only_the_deployment_it_names(settings: Settings, worker: WorkerProcess,
+                                                        run_id: str) -> None:
+    """Rankings carry their deployment's key prefix in a header: a scheduler naming its deployment
+    gets that deployment's rankings and none of another's that shares the broker."""
+    subs = [submission_dict(f"{run_id}-dep-job{i}", i, event_id=f"{run_id}-dep-s{i}",
+                            attempt_id=f"{run_id}-dep-a{i}", event_time=T0 + i) for i in range(20)]
+    wanted = {s["attempt_id"] for s in subs}
+    with SchedulerClient(settings, deployment=settings.key_prefix) as ours, \
+            SchedulerClient(settings, deployment=f"{settings.key_prefix}-elsewhere") as theirs:
+        for s in subs:
+            ours.publish_raw(SUBMISSIONS.name, s["job_key"], orjson.dumps(s))
+        ours.flush()
+        got = ours.wait_for(wanted, timeout=60)
+        assert got.keys() == wanted
+        assert all(r.model_version for r, _ in got.values())
+        assert not [r for r, _ in theirs.rankings(timeout=2.0) if r.attempt_id in wanted]
