@@ -34,6 +34,7 @@ import hashlib
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -58,6 +59,10 @@ log = logging.getLogger("leap.predictor")
 TRANSACTION_TIMEOUT_S = 10.0
 #: Longest a transactional call (init, commit, abort) waits before it is retried (resumed).
 CALL_TIMEOUT_S = 10.0
+#: How much longer than its own timeout ``send_offsets_to_transaction`` may take before the producer
+#: is given up for stuck: librdkafka does not always enforce that timeout (after a broker restart it
+#: waited on a decommissioned coordinator for minutes; confluentinc/librdkafka#5456, #5511).
+STUCK_MARGIN_S = 5.0
 #: Fenced producers replaced within a minute before the worker gives up (see the module docstring).
 MAX_RESTARTS = 5
 
@@ -192,14 +197,18 @@ class ExactlyOnce:
             if offsets:
                 # Unlike init, commit and abort, a timed-out send_offsets cannot be resumed (called
                 # again, it is refused as a conflicting call in progress): a timeout replaces the
-                # producer (_recover), whose successor aborts this transaction. Without a timeout
-                # it waited for ever after a broker restart and a rebalance, the loop stuck.
-                self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(),
-                                                          CALL_TIMEOUT_S)
+                # producer (_recover), whose successor aborts this transaction. librdkafka does not
+                # always keep that timeout, so the call runs on a thread of its own and a producer
+                # stuck in it is given up the same way (the loop must keep ranking).
+                producer, metadata = self.producer, self.consumer.consumer_group_metadata()
+                _within(lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
+                        CALL_TIMEOUT_S + STUCK_MARGIN_S)
                 KAFKA.mark_up()
             self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing")
         except KafkaException as exc:
             return self._recover(exc)
+        except _Stuck as stuck:
+            return self._replace(str(stuck))
         self._done()
         return {}
 
@@ -241,16 +250,24 @@ class ExactlyOnce:
         if not _fatal(err) and err.txn_requires_abort():
             log.warning("transaction aborted (%s): its batches are read again", err.str())
             return self.abort()
+        return self._replace(f"{'fenced' if _fatal(err) else 'failed'} ({err.str()})", exc)
+
+    def _replace(self, why: str, exc: Exception | None = None) -> Offsets:
+        """Give the producer up and start a new one under the same id (its ``init_transactions``
+        aborts what the old one left open, and fences it); the offsets to rewind to. More than
+        :data:`MAX_RESTARTS` a minute leave the output :attr:`broken` and raise."""
         now = time.monotonic()
         self.restarts = [t for t in self.restarts if now - t < 60.0] + [now]
         if len(self.restarts) > MAX_RESTARTS:
             self.broken = True
-            raise exc  # another live worker holds this id: fencing each other, neither gets anywhere
-        log.warning("transactional producer %s (%s): a new one under %s; its batches are read again",
-                    "fenced" if _fatal(err) else "failed", err.str(), self.transactional_id)
+            # another live worker holds this id: fencing each other, neither gets anywhere
+            raise exc if exc is not None else RuntimeError(f"transactional producer {why}, {len(self.restarts)} "
+                                                           "times in a minute")
+        log.warning("transactional producer %s: a new one under %s; its batches are read again",
+                    why, self.transactional_id)
         rewind = self._rewind_offsets()
         self.producer = Producer(self.config)
-        self._retry(self.producer.init_transactions, "starting transactions")
+        self._retry(lambda: self.producer.init_transactions(CALL_TIMEOUT_S), "starting transactions")
         self._done()
         return rewind
 
@@ -289,6 +306,31 @@ class ExactlyOnce:
         self.commit()
         if not self.broken:
             self.producer.flush(CALL_TIMEOUT_S)
+
+
+class _Stuck(Exception):
+    """A producer call outlived its own timeout by :data:`STUCK_MARGIN_S`."""
+
+
+def _within(call: Callable[[], object], seconds: float) -> None:
+    """``call()`` on a thread of its own, raising :class:`_Stuck` when it has not returned within
+    ``seconds`` (the thread is left to librdkafka; its producer is not called again) and what it
+    raised otherwise."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="leap-send-offsets", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise _Stuck(f"stuck in send_offsets_to_transaction for more than {seconds:.0f} s")
+    if failed:
+        raise failed[0]
 
 
 def _fatal(err: KafkaError) -> bool:

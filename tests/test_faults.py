@@ -334,9 +334,6 @@ def test_slow_redis(make_rig: Callable[..., Rig], run_id: str) -> None:
                during_submissions=then(lambda: _after_rankings(rig, work, 40), pause(3_000)))
 
 
-@pytest.mark.xfail(reason="open: in 2 of 5 runs the `all` worker's predictor waits in send_offsets_to_transaction "
-                   "past its timeout after the restart (librdkafka does not enforce it: confluentinc/librdkafka#5456, "
-                   "#5511) and ranks nothing more; the late submissions go unranked", strict=False)
 def test_broker_restarted(make_rig: Callable[..., Rig], run_id: str) -> None:
     rig = make_rig()
     rig.start("all")

@@ -209,8 +209,6 @@ def three_brokers(settings: Settings) -> Settings:
     return cluster
 
 
-@pytest.mark.xfail(reason="open in issue 29: failed on the merged code of 2026-12-05, like the single-broker "
-                   "restart tests with the transactional predictor", strict=False)
 def test_a_broker_killed_mid_stream_loses_and_doubles_nothing(three_brokers: Settings, tmp_path: Path, rds: redis.Redis,
                                                               run_id: str) -> None:
     from services.kafka import local_kafka_pid
