@@ -307,3 +307,19 @@ def test_a_fenced_producer_is_replaced_and_its_batches_ranked_once(
         store.delete_all()
     ours = [r.attempt_id for r in io.rankings if r.attempt_id.startswith(run_id)]
     assert sorted(ours) == sorted(s.attempt_id for s in first + second)  # each once
+
+
+def test_a_call_that_outlives_its_limit_is_left_behind_and_said_stuck() -> None:
+    """librdkafka does not always keep send_offsets_to_transaction's timeout: the loop runs it on a
+    thread of its own and gives the producer up when it has not returned in time."""
+    from predictor.transactions import _Stuck, _within
+
+    release = threading.Event()
+    began = time.monotonic()
+    with pytest.raises(_Stuck, match="more than 0 s"):
+        _within(lambda: release.wait(30), 0.2)
+    assert time.monotonic() - began < 5  # the caller was not held for the call's length
+    release.set()
+    with pytest.raises(ValueError, match="refused"):  # what the call raised reaches the caller
+        _within(lambda: (_ for _ in ()).throw(ValueError("refused")), 5)
+    _within(lambda: None, 5)  # returns when the call does
