@@ -13,7 +13,7 @@ import platform
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,16 @@ def median_figures(runs: Sequence[Figures]) -> tuple[Figures, dict[str, list[flo
     med = {k: _round(float(np.median([r[k] for r in runs]))) for k in keys}
     spread = {k: [_round(min(r[k] for r in runs)), _round(max(r[k] for r in runs))] for k in keys}
     return med, spread
+
+
+def median_call_us(call: Callable[[], object], calls: int) -> float:
+    """Median wall time of ``calls`` calls, in µs."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e6
 
 
 def report(name: str, params: dict[str, Any], runs: Sequence[Figures], extra: dict[str, Any] | None = None,

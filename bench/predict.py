@@ -43,6 +43,7 @@ from bench.common import (
     SERVED_PER_DAY,
     Figures,
     freeze_heap,
+    median_call_us,
     percentiles_ms,
     report,
     say,
@@ -134,16 +135,6 @@ def ranking_bytes(service: RankingService, raw_batches: Sequence[list[bytes]]) -
             "encode_us_without_basis": float(np.median(encode_us["without"]))}
 
 
-def _median_call_us(call: Callable[[], object], calls: int) -> float:
-    """Median wall time of ``calls`` calls, in µs."""
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e6
-
-
 def _median_pair_us(first: Callable[[], object], second: Callable[[], object], calls: int) -> tuple[float, float]:
     """Median wall time of each of two calls made alternately ``calls`` times, in µs."""
     times: tuple[list[float], list[float]] = ([], [])
@@ -171,7 +162,7 @@ def _predict_cost(model: ThroughputModel, rows_all: dict[str, np.ndarray], calls
     roofline = getattr(model, "roofline_", None)
     if roofline is not None:
         # The learned roofline runs twice per predict (candidate and prior hardware rows).
-        figures["roofline_24_rows_us_per_call"] = _median_call_us(lambda: roofline.predict(small), calls)
+        figures["roofline_24_rows_us_per_call"] = median_call_us(lambda: roofline.predict(small), calls)
     return figures
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 
-from bench.common import report, say
+from bench.common import median_call_us, report, say
 from bench.model import HISTORY_START
 from bench.predict import served_model
 from core.hardware import Catalogue, load_catalogue
@@ -112,21 +112,12 @@ BUILDERS: dict[str, Callable[[lgb.Booster, Path], TreePredictor]] = {
     "leap_c": _leap_c, "lleaves": _Lleaves, "tl2cgen": _Tl2cgen}
 
 
-def _median_us(call: Callable[[], object], calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e6
-
-
 def speed(trees: TreePredictor, x: np.ndarray, repeat: int, calls: int) -> dict[str, float]:
     """µs per row in one bulk call (median of ``repeat``) and per call of :data:`CALL_ROWS` rows."""
     small = np.ascontiguousarray(x[:CALL_ROWS])
-    bulk = _median_us(lambda: trees.predict(x, num_threads=1), repeat)
+    bulk = median_call_us(lambda: trees.predict(x, num_threads=1), repeat)
     return {"bulk_us_per_row": bulk / len(x),
-            "call_24_rows_us": _median_us(lambda: trees.predict(small, num_threads=1), calls)}
+            "call_24_rows_us": median_call_us(lambda: trees.predict(small, num_threads=1), calls)}
 
 
 def measure_booster(name: str, booster: lgb.Booster, x: np.ndarray, folder: Path, repeat: int, calls: int
@@ -164,9 +155,9 @@ def measure_model(model: LightGBMThroughput, rows: Rows, exact: dict[str, dict[s
     for compiler in ("lightgbm", *COMPILERS):
         served = copy.copy(model)
         served.trees_ = {b: trees[compiler] for b, trees in exact.items() if compiler in trees}
-        bulk = _median_us(lambda m=served: m.predict(rows), repeat)  # type: ignore[misc]
+        bulk = median_call_us(lambda m=served: m.predict(rows), repeat)  # type: ignore[misc]
         out[compiler] = {"compiled_boosters": sorted(served.trees_), "bulk_us_per_row": bulk / n,
-                         "call_24_rows_us": _median_us(lambda m=served: m.predict(small), calls)}  # type: ignore[misc]
+                         "call_24_rows_us": median_call_us(lambda m=served: m.predict(small), calls)}  # type: ignore[misc]
     return out
 
 
