@@ -84,18 +84,23 @@ def test_the_served_model_is_what_is_scored(small: Path) -> None:
     result = m.evaluate(small, models="lightgbm", protocols=("config_fold",))
     t, th = m.load_history(small)
     cat = load_catalogue()
-    preds, ys, levels = [], [], []
+    preds, ys, levels, inside = [], [], [], []
     for test_rows in m.folds(t, "config_fold", seed=0):
         fold = m.make_fold(th, test_rows, cat)
         model = fit_model(fold.train, {"seed": 0})
         preds.append(model.predict(fold.test.rows))
+        lower, upper = model.predict_band(preds[-1], fold.test.rows)
+        inside.append((fold.test.y >= lower) & (fold.test.y <= upper))
         ys.append(fold.test.y)
         levels.append(evidence_level(fold.test.rows))
     p, y, lv = np.concatenate(preds), np.concatenate(ys), np.concatenate(levels)
+    banded = (lv == 1) & np.isfinite(p)
     scored = result["protocols"]["config_fold"]["models"]["lightgbm"]
     assert scored["all"] == summary(p, y)
     assert {k: scored[k] for k in ("acc@10", "acc@20", "mape", "n")} == \
         {k: v for k, v in summary(p[lv == 1], y[lv == 1]).items() if k != "n_missing"}
+    # the band the served model reports, over the same rows (a baseline without one reports none)
+    assert scored["band_coverage"] == float(np.mean(np.concatenate(inside)[banded]))
     assert m.REGISTRY["lightgbm"] is m.ServedModel
 
 

@@ -18,7 +18,8 @@ from typing import Any
 #: Report columns: (header, key in a row, digits).
 COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("acc@10", "acc@10", 3), ("acc@20", "acc@20", 3), ("MAPE", "mape", 3), ("top-1", "top1", 3),
-    ("regret", "regret", 3), ("fit s", "fit_s", 2), ("µs/row", "predict_us_per_row", 1),
+    ("regret", "regret", 3), ("band", "band_coverage", 2), ("fit s", "fit_s", 2),
+    ("µs/row", "predict_us_per_row", 1),
 )
 
 
@@ -144,7 +145,8 @@ def markdown(result: dict[str, Any]) -> str:
              "nightly retrains, every test attempt. Public tables: attempts whose job ran on other hardware "
              "before (the measurement runner's primary figures). `fit s`: one fit (a night, a fold); "
              "`µs/row`: prediction time per row in batches. Top-1 and regret: throughput per dollar over "
-             "each attempt's priced candidates (- where there are no rankings).", ""]
+             "each attempt's priced candidates (- where there are no rankings). `band`: share of measured "
+             "throughputs inside the model's 80 % band (- for a model without one).", ""]
     by_dataset: dict[str, list[dict[str, Any]]] = {}
     for row in report_rows(result):
         by_dataset.setdefault(row["dataset"], []).append(row)

@@ -27,13 +27,15 @@ def _render(result: dict[str, Any]) -> None:
 
     tab = RichTable(title=f"{result['file']}: {result['rows']} measurements, {result['jobs']} jobs "
                           f"(acc/MAPE on rows whose job ran elsewhere before; 'all' = every attempt)")
-    cols = ("protocol", "model", "acc@10", "acc@20", "MAPE", "n", "acc@10 all", "top-1", "regret", "fit s", "µs/row")
+    cols = ("protocol", "model", "acc@10", "acc@20", "MAPE", "n", "acc@10 all", "top-1", "regret", "band", "fit s",
+            "µs/row")
     for c in cols:
         tab.add_column(c, justify="left" if c in ("protocol", "model") else "right")
     for proto, block in result["protocols"].items():
         for m, s in block["models"].items():
             tab.add_row(proto, m, _fmt(s["acc@10"]), _fmt(s["acc@20"]), _fmt(s["mape"]), str(s["n"]),
-                        _fmt(s["all"]["acc@10"]), _fmt(s["top1"]), _fmt(s["regret"]), _fmt(s["fit_s"], 1),
+                        _fmt(s["all"]["acc@10"]), _fmt(s["top1"]), _fmt(s["regret"]),
+                        _fmt(s.get("band_coverage")), _fmt(s["fit_s"], 1),
                         _fmt(s["predict_us_per_row"], 1))
     Console().print(tab)
 

@@ -61,6 +61,12 @@ class ServedModel:
             raise RuntimeError("model is not fitted")
         return self.model_.predict(rows)
 
+    def predict_band(self, pred: np.ndarray, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+        """The served model's 80 % band around ``pred`` (:meth:`LightGBMThroughput.predict_band`)."""
+        if self.model_ is None:
+            raise RuntimeError("model is not fitted")
+        return self.model_.predict_band(pred, rows)
+
 
 def _baseline(cls: type[ThroughputModel]) -> Callable[[int], ThroughputModel]:
     # Baselines learn nothing from a seed; the runner fits them without groups (their fit has none).

@@ -70,6 +70,9 @@ class _ModelRun:
     predicted_rows: int = 0
     #: per fold, what a model that reports its fit (``fit_report_``) chose and did
     reports: list[Any] = field(default_factory=list)
+    #: per fold and test attempt, whether the measured throughput lies inside the model's band
+    #: (1.0 / 0.0; NaN where there is no prediction); empty for a model without ``predict_band``
+    inside: list[np.ndarray] = field(default_factory=list)
 
 
 def fit_estimator(model: Estimator | ThroughputModel, rows: Rows, y: np.ndarray, groups: np.ndarray
@@ -107,6 +110,10 @@ def _run_model(factory: ModelFactory, fold: Fold, full_rows: Rows, sizes: list[i
     run.predict_s += time.perf_counter() - t1
     run.predicted_rows += n_test + n_full
     run.acc.append(acc)
+    if hasattr(model, "predict_band"):
+        lower, upper = model.predict_band(acc, fold.test.rows)
+        inside = (fold.test.y >= lower) & (fold.test.y <= upper)
+        run.inside.append(np.where(np.isfinite(acc) & np.isfinite(lower) & np.isfinite(upper), inside, np.nan))
     run.full.append(np.split(full, np.cumsum(sizes)[:-1]) if sizes else [])
 
 
@@ -207,6 +214,8 @@ def score_model(run: _ModelRun, truth: _Truth) -> dict[str, Any]:
         ``{"acc@10", "acc@20", "mape", "n", "n_missing"`` (rows of evidence :data:`PRIMARY`),
         ``"all"`` (every test attempt), ``"by_evidence": {same, other, none}``, ``"top1"``,
         ``"regret"``, ``"n_ranked"`` (submissions with two or more priced candidates),
+        ``"band_coverage"`` (share of measured throughputs of :data:`PRIMARY` rows with a prediction
+        inside the model's 80 % band; NaN for a model without a band),
         ``"fit_s"`` (all folds), ``"predict_us_per_row"}``.
     """
     pred = np.concatenate(run.acc) if run.acc else np.empty(0)
@@ -224,6 +233,8 @@ def score_model(run: _ModelRun, truth: _Truth) -> dict[str, Any]:
             hits.append(top1(p[idx][None, :], true[None, :], price))
             regrets.append(regret(p[idx][None, :], true[None, :], price))
     reports = {"fit_reports": run.reports} if run.reports else {}
+    inside = np.concatenate(run.inside) if run.inside else np.full(len(pred), np.nan)
+    banded = inside[(truth.level == EVIDENCE.index(PRIMARY)) & np.isfinite(inside)]
     return {
         **reports,
         **by_level[PRIMARY],
@@ -233,6 +244,7 @@ def score_model(run: _ModelRun, truth: _Truth) -> dict[str, Any]:
         "regret": float(np.mean(regrets)) if regrets else float("nan"),
         "n_ranked": len(hits),
         "n_unranked": len(hits) - len(regrets),
+        "band_coverage": float(np.mean(banded)) if len(banded) else float("nan"),
         "fit_s": round(run.fit_s, 3),
         "predict_us_per_row": round(1e6 * run.predict_s / run.predicted_rows, 2) if run.predicted_rows else None,
     }
