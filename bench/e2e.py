@@ -60,7 +60,7 @@ from services.processes import ROOT as SERVICES_ROOT
 from services.workers import WorkerProcess, worker_env
 from streams.client import SchedulerClient
 from streams.events import Submission
-from streams.topics import create_topics
+from streams.topics import consumer_group, create_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,10 +190,12 @@ def run_once(client: SchedulerClient, collector: Collector, pool: list[Submissio
 
 def worker_ready(client: SchedulerClient, worker: WorkerProcess, probe: Submission, settings: Settings, role: str,
                  timeout: float) -> tuple[float, int]:
-    """Wait for the worker's first ranking; seconds waited and members of its consumer group."""
+    """Wait for the worker's first ranking; seconds waited and members of its predictor consumer
+    group (``settings`` are the worker's: the group is named after its key prefix, whatever its role)."""
     ready_s = wait_until_ranking(client, worker, probe, timeout)
-    members = group_members(settings, f"leap-{role}")
-    say(f"worker answered after {ready_s:.1f} s; consumer group leap-{role} has {members} member(s)")
+    group = consumer_group(settings, "predictor")
+    members = group_members(settings, group)
+    say(f"worker ({role}) answered after {ready_s:.1f} s; consumer group {group} has {members} member(s)")
     return ready_s, members
 
 
@@ -254,7 +256,7 @@ def delivery_runs(settings: Settings, delivery: str, role: str, model_dir: Path 
         say(f"starting a {role} worker ({delivery}), model {model.version if model_dir else 'announced'}")
         worker = BenchWorker(worker_settings, role, home / "worker.log", model_dir)
         with SchedulerClient(settings, deployment=store.layout.prefix) as client:
-            ready_s, members = worker_ready(client, worker, pool[0], settings, role, startup_timeout)
+            ready_s, members = worker_ready(client, worker, pool[0], worker_settings, role, startup_timeout)
             runs, versions = repeat_runs(client, pool, load.rate, load.duration, load.window, load.drain,
                                          load.repeat, store, model)
     finally:
