@@ -160,7 +160,7 @@ def test_cli_writes_json_markdown_and_png(history: Path, tiny_table: Path, tmp_p
         for protocol in ("config_fold", "leave_one_workload_out"):
             assert "acc@10" in result["tables"]["tiny"]["protocols"][protocol]["models"][name]
     text = (out / "a.md").read_text()
-    assert "| model | acc@10 | acc@20 | MAPE | top-1 | regret | fit s | µs/row |" in text
+    assert "| model | acc@10 | acc@20 | MAPE | top-1 | regret | band | fit s | µs/row |" in text
     assert "## tiny config_fold" in text and "| ridge |" in text
     assert (out / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
