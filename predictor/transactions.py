@@ -63,6 +63,8 @@ CALL_TIMEOUT_S = 10.0
 #: is given up for stuck: librdkafka does not always enforce that timeout (after a broker restart it
 #: waited on a decommissioned coordinator for minutes; confluentinc/librdkafka#5456, #5511).
 STUCK_MARGIN_S = 5.0
+#: Longest a commit or an abort is retried through retriable failures before the producer is replaced.
+GIVE_UP_S = 2 * CALL_TIMEOUT_S
 #: Fenced producers replaced within a minute before the worker gives up (see the module docstring).
 MAX_RESTARTS = 5
 
@@ -204,7 +206,9 @@ class ExactlyOnce:
                 _within(lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
                         CALL_TIMEOUT_S + STUCK_MARGIN_S)
                 KAFKA.mark_up()
-            self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing")
+            # Bounded: a coordinator cached from before a broker restart can time every attempt
+            # out (librdkafka#5511); a new producer finds the current one.
+            self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing", GIVE_UP_S)
         except KafkaException as exc:
             return self._recover(exc)
         except _Stuck as stuck:
@@ -217,11 +221,11 @@ class ExactlyOnce:
         rewind = self._rewind_offsets()
         if self._opened_at is not None and not self.broken:
             try:
-                self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting")
+                self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting", GIVE_UP_S)
             except KafkaException as exc:
-                if not _fatal(exc.args[0]):
-                    raise
-                return self._recover(exc)
+                # fenced, or still failing: the new producer's init aborts what this one left open
+                return self._replace(f"{'fenced' if _fatal(exc.args[0]) else 'failed'} while aborting "
+                                     f"({exc.args[0].str()})", exc)
             self.aborted += 1
         self._done()
         return rewind
@@ -276,14 +280,18 @@ class ExactlyOnce:
         self._offsets = {}
         self._first = {}
 
-    def _retry(self, call: Callable[[], T], what: str) -> T:
-        """``call()``, again while it fails with a retriable error (the broker is away), saying so once."""
+    def _retry(self, call: Callable[[], T], what: str, give_up_s: float | None = None) -> T:
+        """``call()``, again while it fails with a retriable error (the broker is away), saying so
+        once; past ``give_up_s`` seconds of such failures the last one is raised (None: never)."""
+        began = time.monotonic()
         while True:
             try:
                 result = call()
             except KafkaException as exc:
                 err = exc.args[0]
                 if err.fatal() or not err.retriable():
+                    raise
+                if give_up_s is not None and time.monotonic() - began > give_up_s:
                     raise
                 KAFKA.mark_down(_Unavailable(f"{what}: {err.str()}"))
                 time.sleep(0.2)
