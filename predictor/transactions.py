@@ -204,7 +204,7 @@ class ExactlyOnce:
                 # stuck in it is given up the same way (the loop must keep ranking).
                 producer, metadata = self.producer, self.consumer.consumer_group_metadata()
                 _within(lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
-                        CALL_TIMEOUT_S + STUCK_MARGIN_S)
+                        CALL_TIMEOUT_S + STUCK_MARGIN_S, "send_offsets_to_transaction")
                 KAFKA.mark_up()
             # Bounded: a coordinator cached from before a broker restart can time every attempt
             # out (librdkafka#5511); a new producer finds the current one.
@@ -320,10 +320,10 @@ class _Stuck(Exception):
     """A producer call outlived its own timeout by :data:`STUCK_MARGIN_S`."""
 
 
-def _within(call: Callable[[], object], seconds: float) -> None:
-    """``call()`` on a thread of its own, raising :class:`_Stuck` when it has not returned within
-    ``seconds`` (the thread is left to librdkafka; its producer is not called again) and what it
-    raised otherwise."""
+def _within(call: Callable[[], object], seconds: float, what: str) -> None:
+    """``call()`` (named ``what``) on a thread of its own, raising :class:`_Stuck` when it has not
+    returned within ``seconds`` (the thread is left to librdkafka; its producer is not called
+    again) and what it raised otherwise."""
     failed: list[BaseException] = []
 
     def run() -> None:
@@ -332,11 +332,11 @@ def _within(call: Callable[[], object], seconds: float) -> None:
         except BaseException as exc:  # handed to the caller's thread
             failed.append(exc)
 
-    thread = threading.Thread(target=run, name="leap-send-offsets", daemon=True)
+    thread = threading.Thread(target=run, name=f"leap-{what}", daemon=True)
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
-        raise _Stuck(f"stuck in send_offsets_to_transaction for more than {seconds:.0f} s")
+        raise _Stuck(f"stuck in {what} for more than {seconds:.0f} s")
     if failed:
         raise failed[0]
 

@@ -317,9 +317,9 @@ def test_a_call_that_outlives_its_limit_is_left_behind_and_said_stuck() -> None:
     release = threading.Event()
     began = time.monotonic()
     with pytest.raises(_Stuck, match="more than 0 s"):
-        _within(lambda: release.wait(30), 0.2)
+        _within(lambda: release.wait(30), 0.2, "waiting")
     assert time.monotonic() - began < 5  # the caller was not held for the call's length
     release.set()
     with pytest.raises(ValueError, match="refused"):  # what the call raised reaches the caller
-        _within(lambda: (_ for _ in ()).throw(ValueError("refused")), 5)
-    _within(lambda: None, 5)  # returns when the call does
+        _within(lambda: (_ for _ in ()).throw(ValueError("refused")), 5, "refusing")
+    _within(lambda: None, 5, "returning")  # returns when the call does
