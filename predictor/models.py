@@ -32,6 +32,7 @@ ESTIMATES: dict[str, str] = {
     "lookup": "the median of the model type (else family) on this hardware",
     "roofline": "the public-spec roofline estimate",
     "cold_start": "the roofline estimate stood in where the model had none",
+    "peak_bound": "the part's peak FLOP/s over the configuration's FLOPs per sample, which the estimate exceeded",
     "none": "no estimate",
 }
 #: The estimate each model-row column is (or, for the LightGBM model's derived columns, carries).

@@ -38,15 +38,19 @@ def bound_by_peak(pred: np.ndarray, lower: np.ndarray, upper: np.ndarray, rows: 
     pred, lower, upper
         Per-accelerator predictions and band (NaN = no estimate).
     rows
-        Their model rows: the bound is the part's peak FLOP/s at the job's precision over the
-        configuration's FLOPs per sample (:func:`features.roofline.peak_bound_log`); rows where
-        either is unknown are left as they are.
+        Their model rows: the bound is the part's peak FLOP/s over the configuration's FLOPs per
+        sample (:func:`features.roofline.peak_bound_log`); rows where either is unknown are left as
+        they are. Where the job was measured on the part faster than that, the measurement is the
+        bound: the submission's size or sequence length is then wrong for the job, and observation
+        outranks a bound derived from stated fields.
 
     Returns
     -------
     The bounded ``pred``, ``lower``, ``upper`` (new arrays) and a mask of the predictions cut.
     """
     bound = np.exp(peak_bound_log(rows))
+    measured = np.exp(rows["prior_same_log"])
+    bound = np.where(np.isfinite(measured), np.maximum(bound, measured), bound)  # NaN bound stays NaN
     with np.errstate(invalid="ignore"):
         cut = np.isfinite(bound) & (pred > bound)
     if not cut.any():

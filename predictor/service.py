@@ -77,6 +77,7 @@ def served_estimates(model: ThroughputModel, rows: Rows) -> tuple[np.ndarray, ..
     if from_history.any():  # the paired transfer stood in: say which of its columns answered
         estimate = np.where(from_history, PairedTransfer().predict_explained(rows)[1], estimate)
     pred, lower, upper, cut = bound_by_peak(pred, lower, upper, rows)
+    estimate = np.where(cut, "peak_bound", estimate)  # what is served is the bound, not the estimate cut
     return pred, lower, upper, estimate, cold, from_history, cut
 
 

@@ -181,7 +181,7 @@ BASIS_FIELDS: tuple[Field, ...] = (
     Field("evidence", "str", "What the job's own history holds: it ran on this hardware, only elsewhere, or "
           "never.", choices=EVIDENCE),
     Field("estimate", "str", "Which estimate was served: a key of predictor.models.ESTIMATES (model, "
-          "measured_here, prior_carried, paired_ratio, lookup, cold_start, ...).", max_len=32),
+          "measured_here, prior_carried, paired_ratio, lookup, cold_start, peak_bound, ...).", max_len=32),
     hardware_field("prior", "Hardware of the job's measurement the estimate is compared with: this hardware when "
                    "the job ran here, else its most-observed other hardware. Its per-accelerator throughput and "
                    "time are features_used.prior[<prior>] (robust, last_time). Absent when the job never ran.",

@@ -17,7 +17,7 @@ from features.snapshot import FeatureSnapshot
 from features.store import FeatureStore
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import LookupTable, PriorTransfer, ThroughputModel
-from predictor.ranking import COLD_START, UNKNOWN_HARDWARE
+from predictor.ranking import COLD_START, PEAK_BOUND, UNKNOWN_HARDWARE
 from predictor.service import (
     COLD_START_BAND,
     NO_TRAINED_MODEL,
@@ -115,6 +115,26 @@ def test_cold_start_falls_back_to_the_roofline_where_the_model_has_no_estimate(s
         assert c["reason"] == COLD_START and c["rank"] is not None
         assert c["predicted_throughput"] == pytest.approx(estimate)
         assert (c["lower"], c["upper"]) == pytest.approx((estimate * COLD_START_BAND[0], estimate * COLD_START_BAND[1]))
+
+
+def test_an_estimate_above_the_parts_peak_is_served_as_the_peak_but_a_measurement_there_is_not(
+        store: FeatureStore) -> None:
+    """llama-7b at 2048 tokens: ~3.6 samples/s per A100 and ~11.5 per H100 at their peaks. The job was
+    measured at 50/s per A100 (its stated size must be wrong): that measurement is served as it is,
+    while its transfer to the H100 (50 x 100/60) is cut to the H100's peak and says so."""
+    seed_lookups(store)
+    store.apply_finishes([finish("big", "e1", T0, "A100-80GB", 400.0)])
+    sub = any_submission("big", 2, candidates=["A100-80GB", "H100-SXM"])
+    [ranking] = serve(store, PriorTransfer()).rank([sub])
+    a100, h100 = by_name(ranking)["A100-80GB"], by_name(ranking)["H100-SXM"]
+    assert a100["predicted_throughput"] == pytest.approx(400.0) and a100["reason"] is None
+    assert a100["basis"]["estimate"] == "measured_here" and a100["basis"]["ratio"] == 1.0
+    h100_spec = CAT.resolve("H100-SXM")
+    assert h100_spec is not None
+    peak = h100_spec.peak_tflops * 1e12 / (6 * 7e9 * 2048) * 8
+    assert h100["predicted_throughput"] == pytest.approx(peak, rel=1e-9) and peak < 400.0 * 100 / 60
+    assert h100["reason"] == PEAK_BOUND and h100["basis"]["estimate"] == "peak_bound"
+    assert PEAK_BOUND in (ranking.fallback or "").split(",")
 
 
 def test_records_the_model_version_and_the_features_it_read(store: FeatureStore) -> None:
