@@ -65,6 +65,13 @@ CALL_TIMEOUT_S = 10.0
 STUCK_MARGIN_S = 5.0
 #: Longest a commit or an abort is retried through retriable failures before the producer is replaced.
 GIVE_UP_S = 2 * CALL_TIMEOUT_S
+#: First wait before a request is retried (librdkafka's default: 100 ms, doubling up to
+#: ``retry.backoff.max.ms``). A transaction begun right after the previous one committed is refused
+#: with CONCURRENT_TRANSACTIONS until the coordinator has written the previous one's markers
+#: (milliseconds), and librdkafka retries ``send_offsets_to_transaction`` after this backoff: at
+#: 100 ms, back-to-back transactions at 200 submissions/s put a 100 ms step into the tail
+#: (KAFKA-5477 lowered the Java client's to 20 ms; confluent-kafka-python#967). docs/benchmarks.md.
+RETRY_BACKOFF_MS = 10
 #: Fenced producers replaced within a minute before the worker gives up (see the module docstring).
 MAX_RESTARTS = 5
 
@@ -124,6 +131,7 @@ class ExactlyOnce:
         self.config = producer_config(settings, **{
             "transactional.id": transactional_id,
             "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
+            "retry.backoff.ms": RETRY_BACKOFF_MS,
         })
         self.producer = Producer(self.config)
         self.headers = deployment_headers(settings)
