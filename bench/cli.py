@@ -147,6 +147,8 @@ def e2e_cmd(
     private: Annotated[bool, typer.Option(help="Use a broker and redis-server of the benchmark's own.")] = False,
     repeat: Repeat = 3,
     seed: Seed = 0,
+    warmup: Annotated[float, typer.Option(
+        min=0, help="Seconds of publishing before each mode's runs, not recorded.")] = 3.0,
 ) -> None:
     """Submission-to-ranking latency and rankings/s through a `leap worker` child process."""
     from bench.e2e import Load, bench_e2e
@@ -158,7 +160,7 @@ def e2e_cmd(
     settings = Settings.from_env() if private else services_needed()  # --private starts services of its own
     if transaction_interval is not None:
         settings = dataclasses.replace(settings, transaction_interval=transaction_interval)
-    emit(bench_e2e(settings, Load(rate, duration, window, drain, repeat), role, warm, startup_timeout,
+    emit(bench_e2e(settings, Load(rate, duration, window, drain, repeat, warmup), role, warm, startup_timeout,
                    seed, delivery, model, private))  # type: ignore[arg-type]
 
 

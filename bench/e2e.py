@@ -213,13 +213,22 @@ def bare_loop(store: FeatureStore, pool: list[Submission], model: ActiveModel, b
 
 def repeat_runs(client: SchedulerClient, pool: list[Submission], rate: float, duration: float, window: int,
                 drain: float, repeat: int, store: FeatureStore,
-                model: ActiveModel) -> tuple[list[Figures], dict[str, int]]:
+                model: ActiveModel, warmup: float = 0.0) -> tuple[list[Figures], dict[str, int]]:
     """``repeat`` runs of :func:`run_once` with one rankings follower, each followed by the bare
-    loop (:func:`bare_loop`); the runs and the model versions of the rankings they got."""
+    loop (:func:`bare_loop`); the runs and the model versions of the rankings they got.
+
+    First, ``warmup`` seconds of publishing at the same rate that are not recorded: a fresh broker's
+    JVM and a fresh worker answer their first thousand requests slower than the rest, which put the
+    first run (and, with ``--delivery both``, the first mode) at a disadvantage."""
     collector = Collector(client)
     collector.start()
     runs: list[Figures] = []
     try:
+        if warmup > 0:
+            warm = run_once(client, collector, pool, rate, warmup, window, drain)
+            say(f"warm-up ({warmup:.0f} s, not recorded): p50 {warm['latency_p50_ms']:.1f} ms, "
+                f"p99 {warm['latency_p99_ms']:.1f} ms")
+            collector.versions.clear()  # the report counts the recorded runs' rankings
         for r in range(repeat):
             runs.append(run_once(client, collector, pool, rate, duration, window, drain))
             runs[-1]["bare_rankings_per_s"] = bare_loop(store, pool, model)
@@ -240,6 +249,7 @@ class Load:
     window: int
     drain: float
     repeat: int
+    warmup: float = 0.0
 
 
 def delivery_runs(settings: Settings, delivery: str, role: str, model_dir: Path | None, pool: list[Submission],
@@ -258,7 +268,7 @@ def delivery_runs(settings: Settings, delivery: str, role: str, model_dir: Path 
         with SchedulerClient(settings, deployment=store.layout.prefix) as client:
             ready_s, members = worker_ready(client, worker, pool[0], worker_settings, role, startup_timeout)
             runs, versions = repeat_runs(client, pool, load.rate, load.duration, load.window, load.drain,
-                                         load.repeat, store, model)
+                                         load.repeat, store, model, load.warmup)
     finally:
         unfreeze_heap()
         if worker is not None:
@@ -326,7 +336,8 @@ def bench_e2e(
         Broker and Redis (loopback by default); key prefix and home are replaced by scratch ones.
     load
         Rate (submissions/s; 0 = as fast as the worker answers, with at most ``window``
-        unanswered), seconds of publishing per run, seconds of drain after it, runs per mode.
+        unanswered), seconds of publishing per run, seconds of drain after it, runs per mode,
+        seconds of unrecorded warm-up before a mode's runs.
     role
         ``predictor`` or ``all``.
     warm
@@ -350,7 +361,8 @@ def bench_e2e(
             create_topics(used)
         per_mode, extra, prefix, w = _measure(used, load, role, warm, startup_timeout, seed, delivery,
                                               model_dir)
-    params = {"rate": load.rate, "duration_s": load.duration, "window": load.window if load.rate <= 0 else None,
+    params = {"rate": load.rate, "duration_s": load.duration, "warmup_s": load.warmup,
+              "window": load.window if load.rate <= 0 else None,
               "drain_s": load.drain, "role": role, "delivery": delivery,
               "transaction_interval_s": settings.transaction_interval,
               "model_dir": str(model_dir) if model_dir else None,

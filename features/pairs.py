@@ -70,6 +70,7 @@ SHARPNESS: Mapping[str, float] = {"model": 16.0, "family": 1.0, "all": 1.0}
 #: seeds 0 and 2 of the public tables (``docs/evaluation.md``).
 MEDIAN_BELOW_SPREAD: Mapping[str, float] = {"model": 0.0, "family": 0.3, "all": 0.3}
 
+#: Bits per value of each precision: a pair coordinate here, a configuration column of the model rows.
 PRECISION_BITS: Mapping[str, float] = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
 NAN = float("nan")
 

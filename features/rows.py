@@ -40,7 +40,7 @@ import numpy as np
 
 from core.hardware import SPEC_FEATURES, Catalogue, HardwareType
 from features.completion import complete
-from features.pairs import LEVELS, carried, informative_priors
+from features.pairs import LEVELS, PRECISION_BITS, carried, informative_priors
 from features.roofline import ROOFLINE_COLUMNS, roofline_columns, roofline_log
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from streams.events import PRECISIONS, Submission
@@ -85,8 +85,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 COLUMNS: tuple[str, ...] = tuple(c for cols in GROUPS.values() for c in cols)
 
-_PRECISION_BITS = {"fp32": 32.0, "tf32": 19.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0}
-assert set(_PRECISION_BITS) == set(PRECISIONS)
+assert set(PRECISION_BITS) == set(PRECISIONS)
 
 Rows = dict[str, np.ndarray]
 
@@ -319,7 +318,7 @@ def _config_columns(sub: Submission, snap: FeatureSnapshot) -> dict[str, Any]:
         "data_parallel": _number(sub.data_parallel),
         "tensor_parallel": _number(sub.tensor_parallel),
         "pipeline_parallel": _number(sub.pipeline_parallel),
-        "precision_bits": _PRECISION_BITS[sub.precision] if sub.precision is not None else NAN,
+        "precision_bits": PRECISION_BITS[sub.precision] if sub.precision is not None else NAN,
         "log_flops_per_sample": _log(flops_per_sample(sub)),
         "model_type": sub.model_type,
         "family": sub.family if sub.family is not None else UNKNOWN,

@@ -75,7 +75,7 @@ def test_predict(rds: redis.Redis, tmp_path: Path) -> None:
 
 def test_e2e(topics: dict[str, str], rds: redis.Redis) -> None:
     out = run_json("e2e", "--rate", "50", "--duration", "1", "--drain", "5", "--warm", "100", "--repeat", "1",
-                   "--delivery", "both", "--model", "lookup")
+                   "--warmup", "1", "--delivery", "both", "--model", "lookup")
     med = out["median"]
     for mode in ("exactly_once", "at_least_once"):
         assert med[f"{mode}_received"] == med[f"{mode}_published"] > 0, mode
@@ -86,6 +86,7 @@ def test_e2e(topics: dict[str, str], rds: redis.Redis) -> None:
     assert med["latency_p50_ms"] > 0 and med["latency_p99_ms"] >= med["latency_p50_ms"]
     assert med["hop_in_p50_ms"] > 0 and med["hop_out_p50_ms"] > 0
     assert med["bare_rankings_per_s"] > 0 and med["ratio_to_bare"] > 0
+    assert out["params"]["warmup_s"] == 1.0
     assert out["consumer_group_members"] == 1  # its own worker, alone in the group of its key prefix
     no_scratch_keys_left(rds, out)
 
