@@ -59,9 +59,10 @@ log = logging.getLogger("leap.predictor")
 TRANSACTION_TIMEOUT_S = 10.0
 #: Longest a transactional call (init, commit, abort) waits before it is retried (resumed).
 CALL_TIMEOUT_S = 10.0
-#: How much longer than its own timeout ``send_offsets_to_transaction`` may take before the producer
-#: is given up for stuck: librdkafka does not always enforce that timeout (after a broker restart it
-#: waited on a decommissioned coordinator for minutes; confluentinc/librdkafka#5456, #5511).
+#: How much longer than its own timeout a transactional call may take before the producer is given
+#: up for stuck: librdkafka does not always enforce that timeout (after a broker restart
+#: ``send_offsets_to_transaction`` waited on a decommissioned coordinator for minutes;
+#: confluentinc/librdkafka#5456, #5511).
 STUCK_MARGIN_S = 5.0
 #: Longest a commit or an abort is retried through retriable failures before the producer is replaced.
 GIVE_UP_S = 2 * CALL_TIMEOUT_S
@@ -144,7 +145,7 @@ class ExactlyOnce:
         self._offsets: Offsets = {}  # next offsets to commit with the open transaction
         self._first: Offsets = {}  # where a rewind of the open transaction seeks to
         self._void = False  # the batch in flight was rewound with an aborted transaction: drop it
-        self._retry(self.producer.init_transactions, "starting transactions")
+        self._start_producer()
 
     # ------------------------------------------------------------------ a batch
 
@@ -211,12 +212,13 @@ class ExactlyOnce:
                 # always keep that timeout, so the call runs on a thread of its own and a producer
                 # stuck in it is given up the same way (the loop must keep ranking).
                 producer, metadata = self.producer, self.consumer.consumer_group_metadata()
-                _within(lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
-                        CALL_TIMEOUT_S + STUCK_MARGIN_S, "send_offsets_to_transaction")
+                _bounded(lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
+                         "send_offsets_to_transaction")
                 KAFKA.mark_up()
             # Bounded: a coordinator cached from before a broker restart can time every attempt
             # out (librdkafka#5511); a new producer finds the current one.
-            self._retry(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S), "committing", GIVE_UP_S)
+            self._retry(lambda: _bounded(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S),
+                                         "commit_transaction"), "committing", GIVE_UP_S)
         except KafkaException as exc:
             return self._recover(exc)
         except _Stuck as stuck:
@@ -229,11 +231,14 @@ class ExactlyOnce:
         rewind = self._rewind_offsets()
         if self._opened_at is not None and not self.broken:
             try:
-                self._retry(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S), "aborting", GIVE_UP_S)
+                self._retry(lambda: _bounded(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S),
+                                             "abort_transaction"), "aborting", GIVE_UP_S)
             except KafkaException as exc:
                 # fenced, or still failing: the new producer's init aborts what this one left open
                 return self._replace(f"{'fenced' if _fatal(exc.args[0]) else 'failed'} while aborting "
                                      f"({exc.args[0].str()})", exc)
+            except _Stuck as stuck:
+                return self._replace(f"{stuck} while aborting")
             self.aborted += 1
         self._done()
         return rewind
@@ -278,10 +283,20 @@ class ExactlyOnce:
         log.warning("transactional producer %s: a new one under %s; its batches are read again",
                     why, self.transactional_id)
         rewind = self._rewind_offsets()
-        self.producer = Producer(self.config)
-        self._retry(lambda: self.producer.init_transactions(CALL_TIMEOUT_S), "starting transactions")
+        try:
+            self._start_producer()
+        except _Stuck as stuck:  # counted as one more replacement: MAX_RESTARTS bounds the attempts
+            self._done()
+            return {**self._replace(str(stuck)), **rewind}
         self._done()
         return rewind
+
+    def _start_producer(self) -> None:
+        """A new producer under this output's transactional id, its transactions initialised (which
+        fences an older holder of the id and aborts what it left open)."""
+        self.producer = Producer(self.config)
+        self._retry(lambda: _bounded(lambda: self.producer.init_transactions(CALL_TIMEOUT_S), "init_transactions"),
+                    "starting transactions")
 
     def _done(self) -> None:
         self._opened_at = None
@@ -328,15 +343,24 @@ class _Stuck(Exception):
     """A producer call outlived its own timeout by :data:`STUCK_MARGIN_S`."""
 
 
-def _within(call: Callable[[], object], seconds: float, what: str) -> None:
+def _bounded(call: Callable[[], T], what: str) -> T:
+    """A transactional call of the producer, given up for stuck :data:`STUCK_MARGIN_S` past
+    :data:`CALL_TIMEOUT_S` (:func:`_within`). Every one is: librdkafka's coordinator requests do not
+    check their timeout (confluentinc/librdkafka#5456), and a call that never returns would stop the
+    loop without a word."""
+    return _within(call, CALL_TIMEOUT_S + STUCK_MARGIN_S, what)
+
+
+def _within(call: Callable[[], T], seconds: float, what: str) -> T:
     """``call()`` (named ``what``) on a thread of its own, raising :class:`_Stuck` when it has not
     returned within ``seconds`` (the thread is left to librdkafka; its producer is not called
     again) and what it raised otherwise."""
     failed: list[BaseException] = []
+    result: list[T] = []
 
     def run() -> None:
         try:
-            call()
+            result.append(call())
         except BaseException as exc:  # handed to the caller's thread
             failed.append(exc)
 
@@ -347,6 +371,7 @@ def _within(call: Callable[[], object], seconds: float, what: str) -> None:
         raise _Stuck(f"stuck in {what} for more than {seconds:.0f} s")
     if failed:
         raise failed[0]
+    return result[0]
 
 
 def _fatal(err: KafkaError) -> bool:

@@ -310,7 +310,7 @@ def test_a_fenced_producer_is_replaced_and_its_batches_ranked_once(
 
 
 def test_a_call_that_outlives_its_limit_is_left_behind_and_said_stuck() -> None:
-    """librdkafka does not always keep send_offsets_to_transaction's timeout: the loop runs it on a
+    """librdkafka does not always keep a transactional call's timeout: the loop runs each on a
     thread of its own and gives the producer up when it has not returned in time."""
     from predictor.transactions import _Stuck, _within
 
@@ -322,4 +322,4 @@ def test_a_call_that_outlives_its_limit_is_left_behind_and_said_stuck() -> None:
     release.set()
     with pytest.raises(ValueError, match="refused"):  # what the call raised reaches the caller
         _within(lambda: (_ for _ in ()).throw(ValueError("refused")), 5, "refusing")
-    _within(lambda: None, 5, "returning")  # returns when the call does
+    assert _within(lambda: 7, 5, "returning") == 7  # returns what the call returns, when it does
