@@ -52,6 +52,9 @@ KEEPALIVE_S = 1.0
 #: Lag gauge and price reload periods.
 LAG_EVERY_S = 5.0
 HOUSEKEEPING_EVERY_S = 30.0
+#: A member left without partitions this long says so (again every as long): its group is not
+#: rebalancing it back in, and nothing else would show that the worker ranks nothing.
+UNASSIGNED_SAY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,8 @@ class ConfluentPredictor:
         self.stopping = False
         self._stash: list[Message] = []  # taken while a long batch kept the consumer polled
         self._paused = False
-        self._due = {"lag": 0.0, "housekeeping": time.monotonic() + HOUSEKEEPING_EVERY_S}
+        self._due = {"lag": 0.0, "housekeeping": time.monotonic() + HOUSEKEEPING_EVERY_S,
+                     "unassigned": time.monotonic() + UNASSIGNED_SAY_S}
         self.send_ranking = self._sender(self.routes.rankings)
         self.send_dead_letter = self._sender(self.routes.dead_letter)
 
@@ -150,6 +154,7 @@ class ConfluentPredictor:
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
+        self._due["unassigned"] = time.monotonic() + UNASSIGNED_SAY_S
         log.info("assigned %d partition(s) of %s", len(partitions), self.routes.submissions)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -247,6 +252,12 @@ class ConfluentPredictor:
         if now >= self._due["lag"]:
             self._export_lag()
             self._due["lag"] = now + LAG_EVERY_S
+        if self.assigned:
+            self._due["unassigned"] = now + UNASSIGNED_SAY_S
+        elif now >= self._due["unassigned"]:
+            log.warning("no partition of %s assigned to this member of %s for %.0f s", self.routes.submissions,
+                        self.group, UNASSIGNED_SAY_S)
+            self._due["unassigned"] = now + UNASSIGNED_SAY_S
         if now >= self._due["housekeeping"] and self.housekeeping is not None:
             self.housekeeping()
             self._due["housekeeping"] = now + HOUSEKEEPING_EVERY_S
