@@ -147,6 +147,38 @@ def gated(served: np.ndarray, fallback: np.ndarray, keep: np.ndarray) -> np.ndar
     return np.where(keep | np.isnan(fallback), served, fallback)
 
 
+def as_new_type(rows: Rows) -> Rows:
+    """Rows of a model type held out of a fit, as a type the training data lacks has them at serving.
+
+    The rows were built from the whole history, so they carry what the type's other jobs taught:
+    its medians on hardware the job never ran on, its own paired ratios. A job of a type nobody ran
+    before has neither (its type's medians are its own), and calibrating new types on rows that have
+    them made their band too narrow and their correction look safer than it is. Here, on rows where
+    the job did not run on the candidate: no type median there, no paired ratio of the type; the
+    prior is carried by the family's paired ratio (else every job's), else by the spec ratio where
+    the type's lookup ratio carried it. One prior is carried, not up to
+    :data:`features.pairs.MAX_PRIORS`: the rows hold the pair columns of the first one only.
+    """
+    out = dict(rows)
+    elsewhere = rows["prior_same_n"] <= 0
+    out["lookup_model_log"] = np.where(elsewhere, np.nan, rows["prior_same_log"])
+    out["lookup_model_n"] = np.where(elsewhere, 0.0, rows["prior_same_n"])
+    out["lookup_model_prior_hw_log"] = rows["prior_other_log"]  # its own median there
+    for column, empty in (("paired_model_log", np.nan), ("paired_model_weight", 0.0), ("paired_model_n", 0.0)):
+        out[column] = np.where(elsewhere, empty, rows[column])
+    by_type = np.isfinite(rows["lookup_model_log"]) & np.isfinite(rows["lookup_model_prior_hw_log"])
+    out["transfer_log"] = np.where(elsewhere & by_type, rows["prior_other_log"] + rows["spec_ratio_peak"],
+                                   rows["transfer_log"])
+    family = np.isfinite(rows["paired_family_log"])
+    ratio = np.where(family, rows["paired_family_log"], rows["paired_all_log"])
+    weight = np.where(family, rows["paired_family_weight"], rows["paired_all_weight"])
+    out["transfer_paired_log"] = np.where(elsewhere, rows["prior_other_log"] + ratio, rows["transfer_paired_log"])
+    out["transfer_paired_weight"] = np.where(elsewhere, np.where(np.isfinite(ratio), weight, 0.0),
+                                             rows["transfer_paired_weight"])
+    out["transfer_paired_spread"] = np.where(elsewhere, np.nan, rows["transfer_paired_spread"])
+    return out
+
+
 def job_folds(groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
     """A fold number per row, every row of one job in the same fold (seeded)."""
     keys, inverse = np.unique(np.asarray(groups).astype(str), return_inverse=True)

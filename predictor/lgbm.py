@@ -55,6 +55,7 @@ from predictor.boosting import (
 )
 from predictor.calibration import (
     EVIDENCE,
+    as_new_type,
     band_by_evidence,
     blend,
     choose_blend_on,
@@ -369,10 +370,12 @@ class LightGBMThroughput(ThroughputModel):
         new = None
         if n_types >= 2:
             by_type = self._fold_bases(rows, y, groups, job_folds(types, min(FOLDS, n_types), self.seed))
-            # Each fold's own model types are new to its sibling, so its rows blend as a new type's.
-            self.blend_k_new_type_ = self._choose_blend([m._with_base(subset(rows, held)) for m, held in by_type],
-                                                        [y[held] for _, held in by_type])
-            new = self._fold_outcome(rows, y, by_type)
+            # Each fold's own model types are new to its sibling, so its rows blend as a new type's,
+            # and they are seen as a new type's are at serving (as_new_type).
+            self.blend_k_new_type_ = self._choose_blend(
+                [m._with_base(as_new_type(subset(rows, held))) for m, held in by_type],
+                [y[held] for _, held in by_type])
+            new = self._fold_outcome(rows, y, by_type, as_new_type)
         self._fit_base(rows, y, groups)
         self._fit_main(rows, y)
         if known is not None:
@@ -392,15 +395,15 @@ class LightGBMThroughput(ThroughputModel):
                 parts.append((part, held))
         return parts
 
-    def _fold_outcome(self, rows: Rows, y: np.ndarray, parts: list[tuple[LightGBMThroughput, np.ndarray]]
-                      ) -> _Outcome | None:
+    def _fold_outcome(self, rows: Rows, y: np.ndarray, parts: list[tuple[LightGBMThroughput, np.ndarray]],
+                      view: Callable[[Rows], Rows] | None = None) -> _Outcome | None:
         """Each fold's main model fitted on the other folds; every row's anchor, correction, y, level and
-        fallback estimate."""
+        fallback estimate (of the held-out rows as ``view`` shows them, as they are without)."""
         outcome: list[_Outcome] = []
         for part, held in parts:
             part.blend_k_, part.blend_k_new_type_ = self.blend_k_, self.blend_k_new_type_
             part._fit_main(subset(rows, ~held), y[~held])
-            held_rows = subset(rows, held)
+            held_rows = subset(rows, held) if view is None else view(subset(rows, held))
             based = part._with_base(held_rows)
             outcome.append((*part._anchor_and_correction(based), y[held], evidence_level(held_rows),
                             part._fallback(based)))

@@ -7,10 +7,14 @@ import math
 import numpy as np
 import pytest
 
+from core.hardware import load_catalogue
+from features.rows import build_rows
+from features.snapshot import FeatureSnapshot, LookupStat, PairStat, PriorStat
 from predictor.calibration import (
     BLEND_GRID,
     EVIDENCE,
     MIN_ROWS,
+    as_new_type,
     band_by_evidence,
     blend,
     choose_blend,
@@ -122,3 +126,30 @@ def test_job_folds_keep_a_jobs_rows_together_and_are_seeded() -> None:
 def test_evidence_level_from_the_prior_counts() -> None:
     rows = {"prior_same_n": np.array([2, 0, 0]), "prior_other_n": np.array([1, 3, 0])}
     assert evidence_level(rows).tolist() == [0, 1, 2]
+
+
+def test_held_out_rows_are_seen_as_a_new_type_sees_them() -> None:
+    """A job that ran on A100 (robust 50/s): its type's medians and paired ratios elsewhere are what
+    other jobs of the type taught, which a type nobody ran before cannot have; the family's do stay."""
+    from tests.factories import T0, submission
+
+    snap = FeatureSnapshot(
+        prior={"A100-80GB": PriorStat(3, T0, 52.0, 50.0)},
+        lookup_model={"A100-80GB": LookupStat(9, 45.0), "H100-SXM": LookupStat(4, 110.0)},
+        pairs={"model": {"H100-SXM": {"A100-80GB": PairStat(5, 3.0, math.log(2.2))}},
+               "family": {"H100-SXM": {"A100-80GB": PairStat(40, 9.0, math.log(1.8))}},
+               "all": {"H100-SXM": {"A100-80GB": PairStat(90, 20.0, math.log(1.6))}}},
+    )
+    sub = submission("job", 1, candidates=["A100-80GB", "H100-SXM"])
+    rows = build_rows(sub, snap, sub.candidates, load_catalogue())
+    assert rows["transfer_paired_log"][1] == pytest.approx(math.log(50.0 * 2.2))  # the type's own ratio
+    new = as_new_type(rows)
+    here, there = 0, 1
+    assert new["lookup_model_log"][here] == pytest.approx(math.log(50.0))  # its own median
+    assert math.isnan(new["lookup_model_log"][there]) and new["lookup_model_n"][there] == 0
+    assert math.isnan(new["paired_model_log"][there]) and new["paired_model_weight"][there] == 0
+    assert new["transfer_paired_log"][there] == pytest.approx(math.log(50.0 * 1.8))  # the family's ratio
+    assert new["transfer_paired_weight"][there] == 9.0
+    # the type's lookup ratio carried the prior: the spec ratio does now
+    assert new["transfer_log"][there] == pytest.approx(rows["prior_other_log"][there] + rows["spec_ratio_peak"][there])
+    assert rows["transfer_log"][there] != pytest.approx(new["transfer_log"][there])
