@@ -13,9 +13,6 @@ COPY leap ./leap
 COPY streams ./streams
 COPY features ./features
 COPY predictor ./predictor
-COPY fleet ./fleet
-COPY dashboard ./dashboard
-COPY bench ./bench
 RUN pip install --no-cache-dir .
 
 RUN useradd --create-home --uid 10001 leap && mkdir -p /leap && chown leap /leap

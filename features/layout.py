@@ -12,7 +12,7 @@ Everything else derives from these declarations:
   :func:`features.store._lua` prepends to every script;
 - :func:`parse_job_field`, :func:`parse_lookup_field` and :data:`COUNTER_FIELDS` are what
   :func:`features.store.parse_snapshot` reads with; :class:`features.offline.OfflineFeatureState`
-  counts with :data:`COUNTERS`; :mod:`replay.rebuild` compares with :func:`unpack_window`.
+  counts with :data:`COUNTERS`; :mod:`leap.replay.rebuild` compares with :func:`unpack_window`.
 
 The bytes are a contract with live deployments and with replays of their history:
 ``tests/test_keys.py`` pins them and checks the scripts against these declarations.
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from core.keyspace import RESERVED_PREFIX
 from features.snapshot import LookupStat, PriorStat
+from leap.core.keyspace import RESERVED_PREFIX
 from streams.events import OUTCOMES
 
 
@@ -92,7 +92,7 @@ NOT_IN_PAIR_NAMES = "|,;\t\r\n"
 MAX_PAIR_NAME = 64
 
 #: Job-hash fields that are attempt counters start with this; hardware names never do (the
-#: contracts refuse them: the marker is defined below both, in :mod:`core.keyspace`).
+#: contracts refuse them: the marker is defined below both, in :mod:`leap.core.keyspace`).
 COUNTER_PREFIX = RESERVED_PREFIX
 #: Counter of applied job starts; the outcome counters are named after :data:`OUTCOMES`.
 STARTS = "starts"

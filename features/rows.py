@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from core.hardware import SPEC_FEATURES, Catalogue, HardwareType
 from features.completion import complete
 from features.pairs import LEVELS, PRECISION_BITS, carried, informative_priors
 from features.roofline import ROOFLINE_COLUMNS, roofline_columns, roofline_log
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
+from leap.core.hardware import SPEC_FEATURES, Catalogue, HardwareType
 from streams.events import PRECISIONS, Submission
 
 NAN = float("nan")

@@ -31,8 +31,6 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from core.hardware import Catalogue, load_catalogue
-from core.settings import Settings
 from features.config_keys import Config, config_items, config_of, keys_to_read
 from features.keys import JOB_WINDOW, LOOKUP_WINDOW, PAIR_WINDOW, SEEN_TTL_S, KeyLayout
 from features.layout import (
@@ -62,6 +60,8 @@ from features.pairs import (
 )
 from features.redis_batch import Batch, Client, Item, LuaScript
 from features.snapshot import FeatureSnapshot, LookupStat, PairStat, PriorStat
+from leap.core.hardware import Catalogue, load_catalogue
+from leap.core.settings import Settings
 from streams import metrics
 from streams.events import JobFinish, JobStart, Submission
 

@@ -1,6 +1,6 @@
 """``leap``: the one command-line entry point.
 
-This module is the composition root: it is the only place that wires the simulator (``fleet``)
+This module is the composition root: it is the only place that wires the simulator (``leap.fleet``)
 next to the production packages, which never import it.
 """
 
@@ -17,17 +17,17 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from bench.cli import app as bench_app
-from core.settings import Settings
-from dashboard.cli import dashboard_cmd
-from fleet import cli as fleet_cli
-from replay.cli import app as replay_app
-from replay.cli import explain_cmd
-from services.cli import app as services_app
-from services.cli import services_needed
-from training import cli as training_cli
-from training.alternatives.command import alternatives_cmd, alternatives_report_cmd
-from training.measurements import evaluate_measurements_cmd
+from leap.bench.cli import app as bench_app
+from leap.core.settings import Settings
+from leap.dashboard.cli import dashboard_cmd
+from leap.fleet import cli as fleet_cli
+from leap.replay.cli import app as replay_app
+from leap.replay.cli import explain_cmd
+from leap.services.cli import app as services_app
+from leap.services.cli import services_needed
+from leap.training import cli as training_cli
+from leap.training.alternatives.command import alternatives_cmd, alternatives_report_cmd
+from leap.training.measurements import evaluate_measurements_cmd
 
 app = typer.Typer(
     name="leap",
@@ -117,8 +117,8 @@ def worker(
     from dataclasses import replace
 
     from leap import worker as worker_mod
+    from leap.training.nightly import NightlyConfig, parse_schedule
     from streams.archive import ArchiveConfig
-    from training.nightly import NightlyConfig, parse_schedule
 
     if role not in worker_mod.ROLES:
         raise fail(f"unknown role {role!r}; choose one of: {', '.join(worker_mod.ROLES)}")
@@ -134,7 +134,7 @@ def worker(
     except ValueError as exc:
         raise fail(str(exc)) from None
     sys.argv = [sys.argv[0]]  # faust's Worker parses argv; ours are already consumed
-    from services.stack import wait_for_services
+    from leap.services.stack import wait_for_services
 
     try:
         # Kafka only: a worker needs the broker to create its topics and join its group, while a
@@ -230,7 +230,8 @@ def demo(
     model: Annotated[str, typer.Option(help="auto (promoted LightGBM, trained first if none), lookup, or a version.")]
     = "auto",
     capacity: Annotated[bool, typer.Option(
-        help="Place live attempts within the fleet's pools (fleet/data/capacity.toml); the report plays both.")] = True,
+        help="Place live attempts within the fleet's pools (leap/fleet/data/capacity.toml); "
+             "the report plays both.")] = True,
     price_schedule: Annotated[str, typer.Option(
         help="Prices the workers rank with and live placements pay: list | flat (negotiated).")] = "list",
 ) -> None:

@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from core.hardware import load_catalogue
-from core.settings import Settings
-from fleet.capacity import PRICE_SCHEDULES, load_capacity, schedule_prices, write_price_file
-from fleet.engine import Fleet
-from fleet.scheduler import SchedulerSimulator
-from services import stack
-from services.workers import WorkerProcess
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
+from leap.fleet.capacity import PRICE_SCHEDULES, load_capacity, schedule_prices, write_price_file
+from leap.fleet.engine import Fleet
+from leap.fleet.scheduler import SchedulerSimulator
+from leap.services import stack
+from leap.services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import DeadLetter, EventError
 from streams.topics import (
@@ -118,12 +118,12 @@ DEMO_HISTORY = {"days": 14, "attempts_per_day": 3000, "seed": 7}
 def ensure_model(settings: Settings, model: str) -> str:
     """Make ``model`` current: ``auto`` keeps a promoted LightGBM model or trains one on a
     simulated history; ``lookup`` switches to the baseline; anything else is a registered version."""
-    from fleet.history import simulate, write_history
+    from leap.fleet.history import simulate, write_history
+    from leap.training.nightly import promote_and_announce
+    from leap.training.train import parse_day, train
     from predictor.models import BASELINES
     from predictor.registry import Registry
     from predictor.reload import announce
-    from training.nightly import promote_and_announce
-    from training.train import parse_day, train
 
     registry = Registry(settings.registry_dir)
     current = registry.current()
@@ -199,7 +199,8 @@ def price_settings(settings: Settings, schedule: str) -> Settings:
     if schedule == "list":
         return settings
     prices = schedule_prices(schedule, load_catalogue(settings))
-    path = write_price_file(prices, settings.home / f"prices-{schedule}.csv", f"{schedule} schedule (fleet.capacity)")
+    path = write_price_file(prices, settings.home / f"prices-{schedule}.csv",
+                            f"{schedule} schedule (leap.fleet.capacity)")
     return replace(settings, prices_file=path)
 
 

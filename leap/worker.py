@@ -11,10 +11,12 @@ from pathlib import Path
 
 import faust
 
-from core.hardware import Catalogue, load_catalogue
-from core.settings import Settings
 from features.agents import attach_feature_agents
 from features.store import FeatureStore, open_store
+from leap.core.hardware import Catalogue, load_catalogue
+from leap.core.settings import Settings
+from leap.training.nightly import NightlyConfig
+from leap.training.nightly import serve as serve_nightly
 from predictor.lgbm import LightGBMThroughput
 from predictor.loop import ConfluentPredictor, serve_in_thread
 from predictor.loop import serve as serve_predictor
@@ -26,8 +28,6 @@ from streams.app import build_app
 from streams.archive import ArchiveConfig
 from streams.archiver import attach_archiver_agents
 from streams.topics import create_topics
-from training.nightly import NightlyConfig
-from training.nightly import serve as serve_nightly
 
 ROLES = ("features", "predictor", "all", "archiver", "trainer")
 DEFAULT_METRICS_PORTS = {"features": 9101, "predictor": 9102, "all": 9100, "archiver": 9103, "trainer": 9104}

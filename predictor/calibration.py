@@ -8,7 +8,7 @@ out of fold when the set is small, :func:`job_folds`), each by the accuracy it g
   average of observations, good when many sit near the job's configuration and poor otherwise,
   so its share is ``w / (w + k)`` for its kernel weight ``w``; :func:`choose_blend` picks ``k``;
 - **trust**: how much of the main model's correction to apply per evidence level
-  (:func:`core.accuracy.best_weight`);
+  (:func:`leap.core.accuracy.best_weight`);
 - **gate**: per evidence level, whether the model's estimate is served at all, or the model-free
   fallback (the prior carried by paired ratios, :class:`predictor.models.PairedTransfer`): the
   model is served only where held-out rows show it better than the fallback by more than chance
@@ -29,8 +29,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from core.accuracy import best_weight, clear_winner, hits
 from features.rows import Rows
+from leap.core.accuracy import best_weight, clear_winner, hits
 from predictor.models import BAND_QUANTILES
 
 #: Evidence levels of a row: the job ran on this hardware before / only elsewhere / never.
@@ -38,7 +38,7 @@ EVIDENCE = ("same", "other", "none")
 #: Values of ``k`` :func:`choose_blend` tries; ``inf`` keeps the base model's ratio alone.
 BLEND_GRID: tuple[float, ...] = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
 #: Standard errors by which a correction must beat none on held-out rows to be trusted
-#: (:func:`core.accuracy.clear_winner`).
+#: (:func:`leap.core.accuracy.clear_winner`).
 MARGIN = 1.0
 #: Log error at which :func:`choose_blend` stops counting (beyond it, a miss is a miss).
 BLEND_LOSS_CAP = 0.25
@@ -127,7 +127,7 @@ def gate_by_evidence(served: np.ndarray, fallback: np.ndarray, y: np.ndarray, le
     """Per evidence level, whether the model's log estimate is served (True) or the fallback's.
 
     The model is kept only where it beats the fallback on held-out rows by more than
-    :data:`MARGIN` standard errors (:func:`core.accuracy.clear_winner`); a level with fewer than
+    :data:`MARGIN` standard errors (:func:`leap.core.accuracy.clear_winner`); a level with fewer than
     :data:`MIN_ROWS` rows where both have an estimate keeps the fallback, which learns nothing.
     """
     out = {}

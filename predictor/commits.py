@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from core.settings import Settings
+from leap.core.settings import Settings
 from streams.kafkalog import client_logging
 from streams.resilience import KAFKA
 from streams.topics import deployment_headers

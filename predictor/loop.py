@@ -32,7 +32,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from core.settings import Settings
+from leap.core.settings import Settings
 from predictor.commits import AtLeastOnce, Offsets, Output, batch_offsets, first_offsets
 from predictor.handler import PREDICT_BATCH_MAX, handle_submissions
 from predictor.service import RankingService

@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from core.hardware import Catalogue
 from features.roofline import peak_bound_log
 from features.rows import Rows
+from leap.core.hardware import Catalogue
 from predictor.models import PairedTransfer, ThroughputModel
 
 #: Candidate-level reasons, stable strings for dashboards and metrics.
@@ -123,7 +123,7 @@ class AsServed(ThroughputModel):
 
 
 #: Ranked, but the model never saw the part: its estimate rests on the catalogue specs (a part
-#: added by the fleet's operator file, core.operator_hardware).
+#: added by the fleet's operator file, leap.core.operator_hardware).
 SPECS_ONLY = "ranked_from_specs"
 
 

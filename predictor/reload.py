@@ -19,7 +19,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from core.settings import Settings
+from leap.core.settings import Settings
 from predictor.compiled import CompiledTrees
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import ThroughputModel

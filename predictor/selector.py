@@ -25,8 +25,8 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 
-from core.accuracy import hits
 from features.rows import Rows
+from leap.core.accuracy import hits
 from predictor.calibration import EVIDENCE
 from predictor.compiled import TreePredictor
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.hardware import Catalogue
 from features.completion import complete
 from features.rows import Rows, build_batch_rows
 from features.store import FeatureStore
+from leap.core.hardware import Catalogue
 from predictor.basis import candidate_bases
 from predictor.models import LookupTable, PairedTransfer, ThroughputModel
 from predictor.ranking import (

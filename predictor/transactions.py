@@ -41,7 +41,7 @@ from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from core.settings import Settings
+from leap.core.settings import Settings
 from predictor.commits import Offsets, produce, producer_config
 from streams.resilience import KAFKA
 from streams.topics import deployment_headers

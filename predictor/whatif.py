@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.hardware import Catalogue, load_catalogue
-from core.settings import Settings
 from features.store import open_store
+from leap.core.hardware import Catalogue, load_catalogue
+from leap.core.settings import Settings
 from predictor.registry import Registry
 from predictor.reload import ModelFollower
 from predictor.service import ActiveModel, ModelHolder, RankingService, lookup_fallback
@@ -33,7 +33,7 @@ class WhatIf:
     settings
         Kafka (the model announcements), Redis and key prefix of the running system.
     catalogue
-        Specs and prices; default :func:`core.hardware.load_catalogue` (its price and operator
+        Specs and prices; default :func:`leap.core.hardware.load_catalogue` (its price and operator
         files included, as the workers read them).
     """
 

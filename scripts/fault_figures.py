@@ -35,8 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.settings import Settings
-from services.workers import WorkerProcess, worker_env
+from leap.core.settings import Settings
+from leap.services.workers import WorkerProcess, worker_env
 from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS
 from tests.faults_support import (
     PrivateRedis,
@@ -116,8 +116,8 @@ class Member(WorkerProcess):
 
 def member(overrides: dict[str, str]) -> None:
     """The body of a :class:`Member` process: a predictor until SIGTERM."""
-    from core.hardware import load_catalogue
     from features.store import open_store
+    from leap.core.hardware import load_catalogue
     from leap.worker import predictor_service
     from predictor.loop import ConfluentPredictor, run_or_exit
 

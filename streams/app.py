@@ -23,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import faust
 from mode.utils.futures import notify
 
-from core.settings import Settings
+from leap.core.settings import Settings
 from streams import metrics
 from streams.deadletter import dead_letter, fit_dead_letter
 from streams.events import DeadLetter, Event, EventError

@@ -1,7 +1,7 @@
 """The history archive's format: tables, column types, day folders, and the part-file writer.
 
 Layout (shared by the archiver, :mod:`streams.archiver`, and the simulator's
-:func:`fleet.history.write_history`, so training reads live and simulated history alike)::
+:func:`leap.fleet.history.write_history`, so training reads live and simulated history alike)::
 
     ROOT/submissions/day=YYYY-MM-DD/part-<epoch_ms>-<n>.parquet   columns = Submission fields
     ROOT/starts/day=YYYY-MM-DD/...                                 columns = JobStart fields
@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from prometheus_client import Counter
 
-from core.settings import DEFAULT_ARCHIVE_FLUSH_EVENTS, DEFAULT_ARCHIVE_FLUSH_SECONDS, Settings
+from leap.core.settings import DEFAULT_ARCHIVE_FLUSH_EVENTS, DEFAULT_ARCHIVE_FLUSH_SECONDS, Settings
 from streams.events import Event, JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from core.settings import Settings
+from leap.core.settings import Settings
 from streams.events import EventError, JobFinish, JobStart, Ranking, Submission
 from streams.kafkalog import client_logging
 from streams.resilience import KAFKA

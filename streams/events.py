@@ -31,9 +31,9 @@ catch unit mistakes (milliseconds for seconds, bytes for parameters, tokens for 
   the accelerators it could round to 0, which the store's scripts refuse).
 - ``accelerator_hours`` (:data:`MAX_ACCELERATOR_HOURS`, 1e10): 2^20 accelerators for a year.
 
-Hardware names may not start with :data:`core.keyspace.RESERVED_PREFIX` (``reserved_name``):
+Hardware names may not start with :data:`leap.core.keyspace.RESERVED_PREFIX` (``reserved_name``):
 the feature store keeps its own fields beside them; nor may a job key start with
-:data:`core.keyspace.HASH_TAG_CLOSE`: its keys' Redis Cluster hash tag would be empty. What
+:data:`leap.core.keyspace.HASH_TAG_CLOSE`: its keys' Redis Cluster hash tag would be empty. What
 LEAP itself computes (predictions, costs, latencies in rankings) is bounded below and finite,
 but not above: a bound there would turn a model's extrapolation into a lost ranking.
 """
@@ -49,7 +49,7 @@ from typing import Any, ClassVar, TypeVar
 import orjson
 
 # EventError and Field stay importable from here, beside the events whose contracts they carry.
-from core.keyspace import HASH_TAG_CLOSE, RESERVED_PREFIX
+from leap.core.keyspace import HASH_TAG_CLOSE, RESERVED_PREFIX
 from streams.contract import TIME_OUT_OF_RANGE, EventError, Field, object_schema, type_name, validate_fields
 
 SCHEMA_VERSION = 1

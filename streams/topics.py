@@ -14,7 +14,7 @@ from typing import TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from core.settings import Settings
+from leap.core.settings import Settings
 
 DAY_MS = 24 * 3600 * 1000
 

@@ -14,12 +14,12 @@ from typing import Any, cast
 import pytest
 import redis
 
-from core.settings import Settings
 from features.store import redis_client
-from services import stack
-from services.docker import docker_available
-from services.kafka import KAFKA_VERSION
-from services.workers import WorkerProcess
+from leap.core.settings import Settings
+from leap.services import stack
+from leap.services.docker import docker_available
+from leap.services.kafka import KAFKA_VERSION
+from leap.services.workers import WorkerProcess
 
 
 def _testcontainers_settings() -> Iterator[Settings] | None:
@@ -65,7 +65,7 @@ def rds(settings: Settings) -> redis.Redis:
 @pytest.fixture(scope="session")
 def cluster_settings(settings: Settings) -> Settings:
     """Settings of the local three-master Redis Cluster (started here if it does not run)."""
-    from core.settings import LOCAL_REDIS_CLUSTER_PORTS
+    from leap.core.settings import LOCAL_REDIS_CLUSTER_PORTS
 
     if settings.redis_from_env and not settings.redis_cluster:
         pytest.skip("LEAP_REDIS_URL names a single server; set LEAP_REDIS_CLUSTER=1 to test a cluster")
@@ -86,9 +86,9 @@ def store_client(request: pytest.FixtureRequest, rds: redis.Redis) -> Any:
 @pytest.fixture
 def store(store_client: Any, run_id: str) -> Iterator[Any]:
     """A feature store under a key prefix of this test alone, on the server and on the cluster."""
-    from core.hardware import load_catalogue
     from features.keys import KeyLayout
     from features.store import FeatureStore
+    from leap.core.hardware import load_catalogue
 
     fs = FeatureStore(store_client, KeyLayout(f"store-{run_id}"), canonicalize=load_catalogue().canonical)
     yield fs
@@ -153,8 +153,8 @@ def worker(
 @pytest.fixture(scope="session")
 def small_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Ten simulated days of 1,500 attempts, written as the archive format."""
-    from fleet.history import simulate, write_history
-    from training.train import parse_day
+    from leap.fleet.history import simulate, write_history
+    from leap.training.train import parse_day
 
     out = tmp_path_factory.mktemp("history")
     write_history(simulate(seed=4, days=10, attempts_per_day=1500, start=parse_day("2025-03-01")), out)
@@ -168,10 +168,10 @@ def served_with_selectors(small_history: Path) -> tuple[Any, Any]:
     Shared, so fitted once; tests must not change the model."""
     import numpy as np
 
-    from core.hardware import load_catalogue
+    from leap.core.hardware import load_catalogue
+    from leap.training.dataset import build_examples, read_history
+    from leap.training.train import split
     from predictor import lgbm, selector
-    from training.dataset import build_examples, read_history
-    from training.train import split
 
     ex = build_examples(read_history(small_history), load_catalogue())
     last = float(np.floor(ex.submit_time.max() / 86400) * 86400)

@@ -28,13 +28,13 @@ import orjson
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from core.hardware import load_catalogue
-from core.settings import Settings
 from features.keys import KeyLayout
 from features.layout import packable_id
 from features.store import FeatureStore
-from services.kafka import KafkaNode, local_kafka_pid, start_local_kafka, stop_local_kafka, wait_for_kafka
-from services.redis_server import redis_server_binary
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
+from leap.services.kafka import KafkaNode, local_kafka_pid, start_local_kafka, stop_local_kafka, wait_for_kafka
+from leap.services.redis_server import redis_server_binary
 from streams.events import JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS, consumer_group, create_topics, skip_to_end
 from tests.factories import T0, finish_dict, free_port, submission_dict
@@ -80,7 +80,7 @@ class PrivateRedis:
 
     def start(self) -> None:
         binary = redis_server_binary()
-        assert binary, "redis-server not found (services/redis_server.py)"
+        assert binary, "redis-server not found (leap/services/redis_server.py)"
         self.workdir.mkdir(parents=True, exist_ok=True)
         cmd = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
                "--save", "3600 1", "--appendonly", "yes" if self.aof else "no", "--appendfsync", "everysec"]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from core.accuracy import (
+from leap.core.accuracy import (
     TRUST_GRID,
     acc_at,
     best_weight,

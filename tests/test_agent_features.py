@@ -13,10 +13,10 @@ import orjson
 import pytest
 import redis
 
-from core.hardware import load_catalogue
 from features.agents import handle_feature_batch
 from features.keys import KeyLayout
 from features.store import FeatureStore
+from leap.core.hardware import load_catalogue
 from streams.deadletter import PROCESSING_ERROR
 from streams.events import DeadLetter, JobFinish, JobStart
 from streams.topics import DEAD_LETTER, JOB_FINISHES, JOB_STARTS

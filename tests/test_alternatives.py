@@ -12,14 +12,14 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from core.hardware import load_catalogue
-from fleet.history import simulate, write_history
 from leap.cli import app
-from training import alternatives as alt
-from training.alternatives.preprocess import ANCHOR_COLUMNS, Preprocessor, anchor
-from training.alternatives.report import markdown, merge
-from training.dataset import Examples, build_examples, read_history
-from training.days import parse_day
+from leap.core.hardware import load_catalogue
+from leap.fleet.history import simulate, write_history
+from leap.training import alternatives as alt
+from leap.training.alternatives.preprocess import ANCHOR_COLUMNS, Preprocessor, anchor
+from leap.training.alternatives.report import markdown, merge
+from leap.training.dataset import Examples, build_examples, read_history
+from leap.training.days import parse_day
 
 ROOT = Path(__file__).resolve().parent.parent
 GAVEL = ROOT / "data" / "measurements" / "gavel.csv"
@@ -97,12 +97,12 @@ def test_a_missing_language_module_fails_clearly(monkeypatch: pytest.MonkeyPatch
     real = importlib.import_module
 
     def without_language(name: str, *args: Any) -> Any:
-        if name == "training.alternatives.language":
+        if name == "leap.training.alternatives.language":
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return real(name, *args)
 
     monkeypatch.setattr(importlib, "import_module", without_language)
-    with pytest.raises(alt.AlternativeUnavailable, match=r"lm_frozen: training/alternatives/language\.py is not"):
+    with pytest.raises(alt.AlternativeUnavailable, match=r"lm_frozen: leap/training/alternatives/language\.py is not"):
         alt.ALTERNATIVES["lm_frozen"](0)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from core.settings import Settings
+from leap.core.settings import Settings
 from predictor.registry import ModelRecord, Registry
 from predictor.reload import ModelFollower, announcement
 from predictor.service import ModelHolder, lookup_fallback

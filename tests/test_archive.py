@@ -14,10 +14,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
-from core.hardware import load_catalogue
-from core.settings import Settings
-from fleet.history import simulate, tables
-from services.workers import WorkerProcess
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
+from leap.fleet.history import simulate, tables
+from leap.services.workers import WorkerProcess
+from leap.training.dataset import build_examples, read_history
 from streams.archive import (
     ArchiveConfig,
     ArchiveWriter,
@@ -32,7 +33,6 @@ from streams.client import SchedulerClient
 from streams.events import SCHEMA_VERSION, Event, JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS, consumer_group, skip_to_end
 from tests.factories import T0, finish, start, submission
-from training.dataset import build_examples, read_history
 
 DAY = 86400.0
 

@@ -11,10 +11,10 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from fleet.history import simulate, write_history
 from leap.cli import app
-from training.backtest import METHODS, OracleTables, ceiling_predictions, plot_report
-from training.backtest import backtest as run_backtest
+from leap.fleet.history import simulate, write_history
+from leap.training.backtest import METHODS, OracleTables, ceiling_predictions, plot_report
+from leap.training.backtest import backtest as run_backtest
 
 SMALL = {"num_leaves": 15, "n_estimators": 60}
 
@@ -131,7 +131,7 @@ def test_the_ceiling_knows_an_architecture_effect_only_once_a_finish_revealed_it
 def test_the_oracle_table_says_which_part_of_the_law_is_the_architecture_effect(history: Path) -> None:
     """The simulator writes each candidate's architecture effect (spread across model types), and
     every measured finish reveals its model type on its architecture no later than it happened."""
-    from training.dataset import read_history
+    from leap.training.dataset import read_history
 
     h = read_history(history)
     assert h.oracle is not None
@@ -146,7 +146,7 @@ def test_the_oracle_table_says_which_part_of_the_law_is_the_architecture_effect(
 
 def test_the_oracle_tables_know_which_measured_attempts_ran_at_their_input_cap(history: Path) -> None:
     """An attempt counts as capped when its noise-free throughput is its input cap; some are, most are not."""
-    from training.dataset import read_history
+    from leap.training.dataset import read_history
 
     tables = OracleTables.read(read_history(history))
     measured = [(a, hw) for runs in tables.finished.values() for _, a, hw, _ in runs]

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from core.hardware import load_catalogue
-from core.settings import Settings
 from features.rows import build_rows
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
+from leap.replay.explain import basis_words, find_ranking, story
+from leap.replay.reader import Reader, TopicRange
+from leap.replay.timespec import Bound
+from leap.services.workers import WorkerProcess
 from predictor.basis import candidate_bases
 from predictor.models import ESTIMATES
 from predictor.ranking import COLD_START
 from predictor.service import lookup_fallback
-from replay.explain import basis_words, find_ranking, story
-from replay.reader import Reader, TopicRange
-from replay.timespec import Bound
-from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Ranking
 from streams.topics import RANKINGS

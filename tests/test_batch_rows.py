@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.workload import make_workload
-from core.hardware import load_catalogue
 from features.offline import OfflineFeatureState
 from features.rows import CATEGORICAL, COLUMNS, build_batch_rows, build_rows, concat_rows
 from features.snapshot import FeatureSnapshot, LookupStat, PairStat, PriorStat
+from leap.bench.workload import make_workload
+from leap.core.hardware import load_catalogue
 from streams.events import Submission
 from tests.factories import T0, submission
 

@@ -1,4 +1,4 @@
-"""Smoke test of ``bench``: every benchmark at a tiny size prints one JSON object of the agreed shape."""
+"""Smoke test of ``leap.bench``: every benchmark at a tiny size prints one JSON object of the agreed shape."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from bench.cli import app
+from leap.bench.cli import app
 
 pytestmark = pytest.mark.integration
 
@@ -165,7 +165,7 @@ def check_growth(rds: redis.Redis, saved: Path) -> None:
 def test_workloads_are_reproducible() -> None:
     """Benchmarks and tests that never reach a broker start their workload at a fixed time: the
     simulator's arrivals and catalogue depend on the date, so a wall-clock start drew other jobs."""
-    from bench.workload import make_workload
+    from leap.bench.workload import make_workload
 
     a, b = make_workload(300, 40, seed=3), make_workload(300, 40, seed=3)
     assert a.finishes == b.finishes and a.submissions == b.submissions and a.starts == b.starts

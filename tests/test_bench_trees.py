@@ -9,7 +9,7 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from bench.trees import COMPILERS, EXACT, measure_booster
+from leap.bench.trees import COMPILERS, EXACT, measure_booster
 
 
 def _booster(linear: bool) -> tuple[lgb.Booster, np.ndarray]:

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.settings import Settings
-from dashboard.aggregator import Aggregator
-from dashboard.app import create_app
-from dashboard.follower import Follower
-from dashboard.server import BackgroundServer
-from fleet.engine import Attempt, Fleet
-from services.workers import ROOT, WorkerProcess
+from leap.core.settings import Settings
+from leap.dashboard.aggregator import Aggregator
+from leap.dashboard.app import create_app
+from leap.dashboard.follower import Follower
+from leap.dashboard.server import BackgroundServer
+from leap.fleet.engine import Attempt, Fleet
+from leap.services.workers import ROOT, WorkerProcess
 from streams.client import SchedulerClient
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.e2e]

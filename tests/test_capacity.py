@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
-from fleet.capacity import FleetCapacity, load_capacity, schedule_prices
-from fleet.engine import Draws, Fleet
-from fleet.pools import Cluster, Decision, Option, Pool
-from fleet.routing import ROUTINGS, Outcome, Record, route, scenario
+from leap.core.hardware import load_catalogue
+from leap.fleet.capacity import FleetCapacity, load_capacity, schedule_prices
+from leap.fleet.engine import Draws, Fleet
+from leap.fleet.pools import Cluster, Decision, Option, Pool
+from leap.fleet.routing import ROUTINGS, Outcome, Record, route, scenario
 
 CAT = load_catalogue()
 CAPACITY = load_capacity(CAT)
@@ -153,7 +153,7 @@ def test_negotiated_prices_are_flatter_and_never_above_list() -> None:
 
 
 def test_capacity_file_errors_name_the_field(tmp_path: Path) -> None:
-    text = (Path(__file__).resolve().parent.parent / "fleet" / "data" / "capacity.toml").read_text()
+    text = (Path(__file__).resolve().parent.parent / "leap" / "fleet" / "data" / "capacity.toml").read_text()
     bad = tmp_path / "c.toml"
     bad.write_text(text.replace('"T4" = ', '"T5" = '))
     with pytest.raises(ValueError, match=r"\[pools\] 'T5' is not a hardware type"):
@@ -177,8 +177,8 @@ def test_pinning_is_per_job_and_near_its_share() -> None:
 
 
 def test_a_schedule_written_as_a_price_file_is_what_workers_rank_with(tmp_path: Path) -> None:
-    from core.hardware import Catalogue
-    from fleet.capacity import write_price_file
+    from leap.core.hardware import Catalogue
+    from leap.fleet.capacity import write_price_file
 
     flat = schedule_prices("flat", CAT)
     path = write_price_file(flat, tmp_path / "prices-flat.csv", "flat schedule")

@@ -26,9 +26,11 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
-from core.settings import Settings
-from fleet.history import simulate, write_history
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
+from leap.fleet.history import simulate, write_history
+from leap.training.dataset import Examples, build_examples, read_history
+from leap.training.train import parse_day
 from predictor.compiled import (
     CFLAGS,
     CODEGEN_VERSION,
@@ -45,8 +47,6 @@ from predictor.registry import Registry
 from predictor.reload import ModelFollower
 from predictor.service import ModelHolder, lookup_fallback
 from streams.events import SCHEMA_VERSION, ModelAnnouncement
-from training.dataset import Examples, build_examples, read_history
-from training.train import parse_day
 
 RTOL = 1e-9
 CATEGORIES = 6
@@ -367,7 +367,7 @@ def test_the_model_follower_compiles_an_announced_model(tiny: tuple[LightGBMThro
 def test_a_replay_ranks_with_the_compiled_trees(tiny: tuple[LightGBMThroughput, Examples], settings: Settings,
                                                 tmp_path: Path) -> None:
     """`leap replay rerank --model VERSION` loads the model as a predictor serves it: compiled."""
-    from replay.rerank import load_model
+    from leap.replay.rerank import load_model
 
     model, ex = tiny
     home = dataclasses.replace(settings, home=tmp_path)

@@ -96,8 +96,8 @@ def test_a_backtest_history_loses_the_field_from_the_first_test_day_on() -> None
     """``leap backtest --drop-field layout``: the three degrees null from the given time on, the rest as sent."""
     import pyarrow as pa
 
-    from training.dataset import History
-    from training.partial import without_field
+    from leap.training.dataset import History
+    from leap.training.partial import without_field
 
     subs = pa.table({"event_time": [1.0, 2.0, 3.0], "params": [7e9, 7e9, 7e9],
                      **{f: pa.array([8, 8, 8], pa.int64()) for f in ("data_parallel", "tensor_parallel",

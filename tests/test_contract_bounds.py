@@ -9,9 +9,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from core.keyspace import RESERVED_PREFIX
 from features.keys import KeyLayout
 from features.layout import COUNTER_FIELDS, COUNTER_PREFIX
+from leap.core.keyspace import RESERVED_PREFIX
 from streams.contract import OUT_OF_RANGE, RESERVED_NAME, TIME_OUT_OF_RANGE
 from streams.events import EARLIEST_TIME, LATEST_TIME, EventError, JobFinish, JobStart, Submission
 from tests.factories import finish_dict, submission_dict

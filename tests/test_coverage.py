@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from core.hardware import load_catalogue
-from fleet.capacity import load_capacity
-from fleet.coverage import LAUNCHES, CoverageConfig, coverage_over_months, simulate_records
-from fleet.engine import DAY
+from leap.core.hardware import load_catalogue
+from leap.fleet.capacity import load_capacity
+from leap.fleet.coverage import LAUNCHES, CoverageConfig, coverage_over_months, simulate_records
+from leap.fleet.engine import DAY
 
 CAT = load_catalogue()
 CAPACITY = load_capacity(CAT)

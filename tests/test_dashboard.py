@@ -21,17 +21,17 @@ import typer
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-from bench.dashboard_ingest import measure
-from core.accuracy import summary as metric_summary
-from core.settings import Settings
-from dashboard.aggregator import Aggregator, AggregatorConfig
-from dashboard.app import create_app
-from dashboard.cli import dashboard_cmd, parse_since
-from dashboard.follower import Follower
-from dashboard.rolling import OTHER, PerSecond
-from dashboard.server import BackgroundServer, free_port
-from dashboard.summary import build_summary
-from services.workers import ROOT
+from leap.bench.dashboard_ingest import measure
+from leap.core.accuracy import summary as metric_summary
+from leap.core.settings import Settings
+from leap.dashboard.aggregator import Aggregator, AggregatorConfig
+from leap.dashboard.app import create_app
+from leap.dashboard.cli import dashboard_cmd, parse_since
+from leap.dashboard.follower import Follower
+from leap.dashboard.rolling import OTHER, PerSecond
+from leap.dashboard.server import BackgroundServer, free_port
+from leap.dashboard.summary import build_summary
+from leap.services.workers import ROOT
 from streams.client import SchedulerClient
 from streams.events import SCHEMA_VERSION, JobFinish, Ranking
 from streams.topics import JOB_FINISHES, RANKINGS, Topic, create_topics
@@ -131,7 +131,7 @@ def test_accuracy_join_matches_predictor_metrics() -> None:
         agg.add("finish", finish_bytes(attempt, hw, actual), NOW + 1)
         preds.append(math.nan if pred is None else pred)
         actuals.append(actual)
-    # boundary: exactly 10% off is a hit, as in core.accuracy.acc_at
+    # boundary: exactly 10% off is a hit, as in leap.core.accuracy.acc_at
     agg.add("ranking", ranking("b1-att-1", [("H100-SXM", 110.0, 20.0)]), NOW)
     agg.add("finish", finish_bytes("b1-att-1", "H100-SXM", 100.0), NOW)
     preds.append(110.0)
@@ -232,7 +232,7 @@ def _feed(agg: Aggregator, start: int, n: int) -> None:
 
 
 def _dashboard_bytes() -> int:
-    """Traced memory allocated from ``dashboard/`` code (other threads of the test process excluded)."""
+    """Traced memory allocated from ``leap/dashboard/`` code (other threads of the test process excluded)."""
     gc.collect()
     snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, "*/dashboard/*")])
     return sum(stat.size for stat in snapshot.statistics("filename"))
@@ -244,7 +244,7 @@ def test_memory_is_bounded() -> None:
                               candidate_lists=100)
     # The aggregator sys.intern()s hardware names, and every ranking here brings a new one. The
     # interpreter's interned-string table (shared by the whole process) is reallocated, ~2 MB
-    # attributed to dashboard/ code, after however many inserts everything imported before left
+    # attributed to leap/dashboard/ code, after however many inserts everything imported before left
     # room for: intern the names up front, so only the aggregator's own memory is measured.
     names = [sys.intern(f"HW-{i}") for i in range(6000)]
     tracemalloc.start()  # before anything is kept, so that frees of the first objects are seen

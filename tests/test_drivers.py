@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from core.hardware import load_catalogue
-from fleet.history import simulate, write_history
 from leap.cli import app
+from leap.core.hardware import load_catalogue
+from leap.fleet.history import simulate, write_history
+from leap.training.dataset import build_examples, read_history
+from leap.training.drivers import VARIANTS, drivers, plot_drivers
 from predictor.models import BASELINES
-from training.dataset import build_examples, read_history
-from training.drivers import VARIANTS, drivers, plot_drivers
 
 KEYS = ("no_prior", "weekly", "window_60", "lookup", "transfer", "transfer_paired")
 # Small trees under every fit: the report's logic, not the model's size, is under test here.
@@ -98,7 +98,7 @@ def test_pool_workers_end_with_the_process_that_started_them(tmp_path: Path) -> 
     parent.write_text(
         "import multiprocessing, os, time\n"
         "from concurrent.futures import ProcessPoolExecutor\n"
-        "from training.drivers import _init_worker\n"
+        "from leap.training.drivers import _init_worker\n"
         "if __name__ == '__main__':\n"
         "    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),\n"
         "                               initializer=_init_worker, initargs=(None, os.getpid()))\n"

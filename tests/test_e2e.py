@@ -20,9 +20,9 @@ import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
-from core.settings import Settings
 from features.keys import JOB_WINDOW, LOOKUP_WINDOW, KeyLayout
-from services.workers import WorkerProcess
+from leap.core.settings import Settings
+from leap.services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import MAX_EVENT_BYTES, DeadLetter, Ranking
 from streams.topics import DEAD_LETTER, JOB_FINISHES, SUBMISSIONS

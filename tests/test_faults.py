@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from core.settings import Settings
+from leap.core.settings import Settings
+from leap.services.workers import WorkerProcess
 from predictor.reload import announce
-from services.workers import WorkerProcess
 from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS
 from tests.faults_support import (
     CRASH_MARKERS,

@@ -11,14 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from fleet.arrays import hardware_arrays
-from fleet.cli import app
-from fleet.engine import Fleet
-from fleet.history import History, simulate, write_history
-from fleet.jobs import sample_jobs
-from fleet.teams import sample_teams
-from fleet.throughput import MEMORY_USABLE, memory_needed
-from fleet.workloads import FAMILIES, model_types
+from leap.fleet.arrays import hardware_arrays
+from leap.fleet.cli import app
+from leap.fleet.engine import Fleet
+from leap.fleet.history import History, simulate, write_history
+from leap.fleet.jobs import sample_jobs
+from leap.fleet.teams import sample_teams
+from leap.fleet.throughput import MEMORY_USABLE, memory_needed
+from leap.fleet.workloads import FAMILIES, model_types
 from streams.events import JobFinish, JobStart, Submission
 
 

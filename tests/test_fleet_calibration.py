@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import fleet.calibrate as calibration
-from fleet.calibrate import SOURCES, calibrate, derive_effect_sizes, held_out_predictions, weighted_median
-from fleet.cases import all_cases, simulate_cases
-from fleet.cli import app
-from fleet.effects import ARCH_SIGMA, JOB_HARDWARE_SIGMA
-from fleet.fit import Pairs, fit_law
-from fleet.law import fitted_law
+import leap.fleet.calibrate as calibration
+from leap.fleet.calibrate import SOURCES, calibrate, derive_effect_sizes, held_out_predictions, weighted_median
+from leap.fleet.cases import all_cases, simulate_cases
+from leap.fleet.cli import app
+from leap.fleet.effects import ARCH_SIGMA, JOB_HARDWARE_SIGMA
+from leap.fleet.fit import Pairs, fit_law
+from leap.fleet.law import fitted_law
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,18 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from core.hardware import load_catalogue
 from features.snapshot import FeatureSnapshot, LookupStat
-from fleet.arrays import JobConfig, hardware_arrays, model_arrays
-from fleet.changes import CHANGE_KIND, KINDS, P_CHANGE, change_kind
-from fleet.effects import ARCH_SIGMA, JOB_HARDWARE_SIGMA, TUNED_ARCHITECTURES, model_architecture_effect
-from fleet.engine import P_DEFAULT_ROUTE, Attempt, Fleet
-from fleet.history import History, simulate, write_history
-from fleet.jobs import sample_jobs
-from fleet.scheduler import default_hardware, lookup_choice
-from fleet.teams import USUAL_PARTS, sample_teams
-from fleet.throughput import expected_throughput, memory_plan, soft_max
-from fleet.workloads import model_index
+from leap.core.hardware import load_catalogue
+from leap.fleet.arrays import JobConfig, hardware_arrays, model_arrays
+from leap.fleet.changes import CHANGE_KIND, KINDS, P_CHANGE, change_kind
+from leap.fleet.effects import ARCH_SIGMA, JOB_HARDWARE_SIGMA, TUNED_ARCHITECTURES, model_architecture_effect
+from leap.fleet.engine import P_DEFAULT_ROUTE, Attempt, Fleet
+from leap.fleet.history import History, simulate, write_history
+from leap.fleet.jobs import sample_jobs
+from leap.fleet.scheduler import default_hardware, lookup_choice
+from leap.fleet.teams import USUAL_PARTS, sample_teams
+from leap.fleet.throughput import expected_throughput, memory_plan, soft_max
+from leap.fleet.workloads import model_index
 from streams.events import PRECISIONS
 
 CAT = load_catalogue()

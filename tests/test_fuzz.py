@@ -34,12 +34,12 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from core.hardware import load_catalogue
-from core.settings import Settings
 from features.keys import KeyLayout
 from features.layout import packable_id
 from features.store import FeatureStore, redis_client
-from services.workers import WorkerProcess
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
+from leap.services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.deadletter import dead_letter
 from streams.events import ID_LEN, DeadLetter, EventError, JobStart, Submission

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core.hardware import SPEC_FEATURES, Catalogue, HardwareType, load_catalogue, normalise
-from core.settings import Settings
+from leap.core.hardware import SPEC_FEATURES, Catalogue, HardwareType, load_catalogue, normalise
+from leap.core.settings import Settings
 
 REQUIRED = (
     "K80", "P100", "V100-32GB", "T4", "A10G", "L4", "L40S", "A100-40GB", "A100-80GB", "H100-SXM",

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from core.settings import Settings
+from leap.core.settings import Settings
 from streams.client import SchedulerClient
 from streams.resilience import KAFKA
 from tests.factories import free_port, submission

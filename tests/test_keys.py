@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import redis
 
-from core.hardware import load_catalogue
 from features import lua_formats
 from features.keys import KeyLayout
 from features.layout import (
@@ -43,6 +42,7 @@ from features.layout import (
 )
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from features.store import FeatureStore, parse_snapshot
+from leap.core.hardware import load_catalogue
 from streams.events import OUTCOMES
 from tests.factories import T0, finish, start, submission
 

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
-from fleet.history import simulate, write_history
-from training.alternatives.language import FineTunedMiniLM, FrozenMiniLM, render, sample_rows, short_number
-from training.dataset import Examples, build_examples, read_history
+from leap.core.hardware import load_catalogue
+from leap.fleet.history import simulate, write_history
+from leap.training.alternatives.language import FineTunedMiniLM, FrozenMiniLM, render, sample_rows, short_number
+from leap.training.dataset import Examples, build_examples, read_history
 
 #: An interpreter with sentence-transformers, for the reference check when this one has none
 #: (the [lm] extra runs MiniLM in JAX and never installs torch).
@@ -69,7 +69,7 @@ def _minilm() -> Any:
     """The encoder module, or a skip where the [lm] extra is missing (never on CI, where setup
     installs it: a skip there would hide a broken setup)."""
     try:
-        from training.alternatives import minilm
+        from leap.training.alternatives import minilm
 
         minilm.model_dir()
     except ImportError as exc:
@@ -182,7 +182,7 @@ def test_finetuned_chooses_its_learning_rate_and_keeps_its_best_epoch(tiny: Exam
 
 def test_fine_tuning_stops_when_the_validation_loss_does_not_improve(tiny: Examples) -> None:
     minilm = _minilm()
-    from training.alternatives.minilm_train import EarlyStopping, finetune_until_stale, fit_heads
+    from leap.training.alternatives.minilm_train import EarlyStopping, finetune_until_stale, fit_heads
 
     texts = render({c: v[:48] for c, v in tiny.rows.items()})
     emb = minilm.embed(texts).astype(np.float64)

@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.accuracy import TRUST_GRID, summary
-from core.hardware import load_catalogue
+from leap.core.accuracy import TRUST_GRID, summary
+from leap.core.hardware import load_catalogue
+from leap.training.dataset import Examples, build_examples, read_history
+from leap.training.train import fit_model, split
 from predictor.boosting import predict_distinct
 from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput, evidence_level
 from predictor.models import LookupTable, PairedTransfer, PriorTransfer
 from predictor.registry import Registry, RegistryError
-from training.dataset import Examples, build_examples, read_history
-from training.train import fit_model, split
 
 SMALL = {"n_estimators": 150, "num_leaves": 31}
 

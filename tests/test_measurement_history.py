@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
 from features.offline import OfflineFeatureState
-from streams.events import JobFinish, Submission
-from training.dataset import History, build_examples, build_held_out_examples, read_history, select_jobs
-from training.measurements import (
+from leap.core.hardware import load_catalogue
+from leap.training.dataset import History, build_examples, build_held_out_examples, read_history, select_jobs
+from leap.training.measurements import (
     MeasurementError,
     TableHistory,
     config_ids,
@@ -21,7 +20,8 @@ from training.measurements import (
     to_history,
     write_history,
 )
-from training.measurements.history import GAP_S, QUEUE_S, RUN_S, SPAN_DAYS, START
+from leap.training.measurements.history import GAP_S, QUEUE_S, RUN_S, SPAN_DAYS, START
+from streams.events import JobFinish, Submission
 
 ROOT = Path(__file__).resolve().parent.parent
 GAVEL = ROOT / "data" / "measurements" / "gavel.csv"

@@ -9,15 +9,15 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from core.accuracy import summary
-from core.hardware import load_catalogue
+from leap.core.accuracy import summary
+from leap.core.hardware import load_catalogue
+from leap.training import measurements as m
+from leap.training.alternatives.pairwise import PairwiseLightGBM
+from leap.training.dataset import read_history
+from leap.training.train import fit_model
 from predictor.lgbm import evidence_level
 from predictor.models import PriorTransfer
 from tests.factories import slice_table
-from training import measurements as m
-from training.alternatives.pairwise import PairwiseLightGBM
-from training.dataset import read_history
-from training.train import fit_model
 
 ROOT = Path(__file__).resolve().parent.parent
 GAVEL = ROOT / "data" / "measurements" / "gavel.csv"
@@ -80,7 +80,7 @@ def test_lambda_suites_are_never_one_job(tmp_path: Path) -> None:
 
 
 def test_the_served_model_is_what_is_scored(small: Path) -> None:
-    """The report's ``lightgbm`` equals LightGBMThroughput fitted by training.train.fit_model."""
+    """The report's ``lightgbm`` equals LightGBMThroughput fitted by leap.training.train.fit_model."""
     result = m.evaluate(small, models="lightgbm", protocols=("config_fold",))
     t, th = m.load_history(small)
     cat = load_catalogue()
@@ -167,8 +167,8 @@ def test_cli_json_shape_and_determinism(small: Path, tmp_path: Path) -> None:
 
 
 def test_cli_writes_a_history_that_leap_train_reads(small: Path, tmp_path: Path) -> None:
+    from leap.training.train import train
     from predictor.registry import Registry
-    from training.train import train
 
     res = CliRunner().invoke(m.app, [str(small), "--out", str(tmp_path / "h"), "--convert-only"])
     assert res.exit_code == 0, res.output

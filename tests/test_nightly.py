@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from core.settings import Settings
-from fleet.history import simulate, write_history
+from leap.core.settings import Settings
+from leap.fleet.history import simulate, write_history
+from leap.training.nightly import decide, last_archived_day, next_run, nightly_as_of, parse_schedule, run_nightly
+from leap.training.train import parse_day
 from predictor.registry import Registry
 from predictor.reload import announce
 from streams.events import ModelAnnouncement
 from streams.topics import MODELS
-from training.nightly import decide, last_archived_day, next_run, nightly_as_of, parse_schedule, run_nightly
-from training.train import parse_day
 
 DAY = 86400.0
 START = "2025-03-01"

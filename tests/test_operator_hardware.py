@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.hardware import Catalogue
+from leap.core.hardware import Catalogue
 from predictor.ranking import SPECS_ONLY, specs_only_reasons
 
 PART = """

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from core.settings import Settings
+from leap.core.settings import Settings
+from leap.services.workers import WorkerProcess
 from predictor.ranking import COLD_START, UNKNOWN_HARDWARE
-from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.topics import SUBMISSIONS, consumer_group, skip_to_end
 from tests.conftest import wait_until_ranking

@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from core.hardware import load_catalogue
 from features.keys import PAIR_WINDOW
 from features.offline import OfflineFeatureState
 from features.pairs import (
@@ -31,6 +30,7 @@ from features.pairs import (
 from features.rows import build_rows
 from features.snapshot import PriorStat
 from features.store import FeatureStore
+from leap.core.hardware import load_catalogue
 from tests.factories import T0, finish, submission
 
 CAT = load_catalogue()

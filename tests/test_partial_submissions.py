@@ -18,18 +18,18 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
-from core.hardware import load_catalogue
-from core.settings import Settings
 from features.keys import KeyLayout
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
+from leap.services.workers import WorkerProcess
+from leap.training.dataset import build_examples, read_history
+from leap.training.train import fit_model, split
 from predictor.ranking import PARTIAL_SUBMISSION
 from predictor.registry import Registry
 from predictor.reload import announce
-from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import SCHEMA_VERSION, Ranking
 from streams.topics import SUBMISSIONS
-from training.dataset import build_examples, read_history
-from training.train import fit_model, split
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 

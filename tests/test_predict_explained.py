@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from features.rows import Rows
+from leap.training.dataset import Examples
 from predictor import lgbm
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import (
@@ -17,7 +18,6 @@ from predictor.models import (
     first_finite,
     first_finite_source,
 )
-from training.dataset import Examples
 
 NAN = float("nan")
 

@@ -13,9 +13,9 @@ import orjson
 import pytest
 import redis
 
-from core.hardware import load_catalogue
 from features.keys import KeyLayout
 from features.store import FeatureStore
+from leap.core.hardware import load_catalogue
 from predictor.handler import handle_submissions
 from predictor.models import LookupTable
 from predictor.ranking import COLD_START

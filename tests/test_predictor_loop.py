@@ -23,10 +23,10 @@ from aiokafka.partitioner import DefaultPartitioner
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from core.hardware import load_catalogue
-from core.settings import Settings
 from features.keys import KeyLayout
 from features.store import FeatureStore
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
 from predictor.commits import Batch, Commits
 from predictor.loop import ConfluentPredictor, Routes
 from predictor.models import LookupTable

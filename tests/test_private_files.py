@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from services.processes import write_private
-from services.secure import make_certificates
+from leap.services.processes import write_private
+from leap.services.secure import make_certificates
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
+from leap.core.hardware import load_catalogue
 from predictor.ranking import COLD_START, NO_ESTIMATE, UNKNOWN_HARDWARE, price_candidate, rank_candidates
 
 CAT = load_catalogue()

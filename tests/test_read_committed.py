@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 from typing import Any, cast
 
-from core.settings import Settings
-from dashboard import follower
+from leap.core.settings import Settings
+from leap.dashboard import follower
+from leap.replay import reader
 from predictor.loop import consumer_config
-from replay import reader
 from streams import client
 from streams.app import build_app
 from streams.topics import READ_COMMITTED

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from core.settings import Settings
-from services.workers import WorkerProcess
+from leap.core.settings import Settings
+from leap.services.workers import WorkerProcess
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 MARKER = "<!-- readme-test -->"

@@ -9,16 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
-from core.settings import Settings
-from fleet.engine import Fleet
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
+from leap.fleet.engine import Fleet
+from leap.services.workers import WorkerProcess
+from leap.training.dataset import build_examples, read_history
+from leap.training.train import fit_model, split
 from predictor.registry import Registry
 from predictor.reload import announce
-from services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Ranking
-from training.dataset import build_examples, read_history
-from training.train import fit_model, split
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 

@@ -17,11 +17,11 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner, Result
 
-from core.settings import Settings
 from features.keys import KeyLayout
-from replay.cli import app
-from replay.timespec import parse_bound
-from services.workers import WorkerProcess
+from leap.core.settings import Settings
+from leap.replay.cli import app
+from leap.replay.timespec import parse_bound
+from leap.services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Ranking
 from streams.topics import JOB_FINISHES, JOB_STARTS, Topic, create_topics

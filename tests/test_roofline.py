@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
 from features.roofline import ROOFLINE_MFU, TERMS, link_bandwidth, roofline_log, step_terms
 from features.rows import Rows, build_rows
 from features.snapshot import FeatureSnapshot
+from leap.core.hardware import load_catalogue
+from leap.training.dataset import Examples, build_examples, read_history
 from predictor.boosting import job_effects
 from predictor.learned_roofline import LearnedRoofline, usable_rows
 from tests.factories import submission
-from training.dataset import Examples, build_examples, read_history
 
 CAT = load_catalogue()
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import redis
 
-from core.hardware import load_catalogue
 from features.keys import KeyLayout
 from features.offline import OfflineFeatureState
 from features.rows import (
@@ -26,6 +25,7 @@ from features.rows import (
 )
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from features.store import FeatureStore
+from leap.core.hardware import load_catalogue
 from tests.factories import T0, finish, submission
 
 CAT = load_catalogue()

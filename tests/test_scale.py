@@ -25,10 +25,10 @@ import redis
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-from core.settings import Settings
 from features.keys import KeyLayout
-from replay.cli import app
-from services.workers import WorkerProcess
+from leap.core.settings import Settings
+from leap.replay.cli import app
+from leap.services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Ranking
 from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS, consumer_group, skip_to_end
@@ -198,7 +198,7 @@ def _assignments(settings: Settings, group: str) -> list[int]:
 @pytest.fixture(scope="session")
 def three_brokers(settings: Settings) -> Settings:
     """The local three-broker cluster (started here if it does not run), its topics replicated 3 times."""
-    from services import stack
+    from leap.services import stack
     from streams.topics import create_topics
 
     if settings.kafka_from_env:
@@ -211,8 +211,8 @@ def three_brokers(settings: Settings) -> Settings:
 
 def test_a_broker_killed_mid_stream_loses_and_doubles_nothing(three_brokers: Settings, tmp_path: Path, rds: redis.Redis,
                                                               run_id: str) -> None:
-    from services.kafka import local_kafka_pid
-    from services.kafka_cluster import cluster_nodes, start_node
+    from leap.services.kafka import local_kafka_pid
+    from leap.services.kafka_cluster import cluster_nodes, start_node
 
     cluster = replace(three_brokers, key_prefix=f"brokers-{run_id}")
     victim = cluster_nodes(cluster)[1]

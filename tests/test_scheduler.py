@@ -9,13 +9,13 @@ import time
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
-from core.settings import Settings
-from fleet.capacity import PRICE_SCHEDULES, load_capacity, schedule_prices
-from fleet.engine import Fleet
-from fleet.routing import Record
-from fleet.scheduler import Placement, SchedulerSimulator, summarize
-from services.workers import WorkerProcess
+from leap.core.hardware import load_catalogue
+from leap.core.settings import Settings
+from leap.fleet.capacity import PRICE_SCHEDULES, load_capacity, schedule_prices
+from leap.fleet.engine import Fleet
+from leap.fleet.routing import Record
+from leap.fleet.scheduler import Placement, SchedulerSimulator, summarize
+from leap.services.workers import WorkerProcess
 from streams.client import SchedulerClient
 
 CAT = load_catalogue()

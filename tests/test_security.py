@@ -1,5 +1,5 @@
 """Security in CI: a real worker and the scheduler client on Kafka with a SASL_SSL (SCRAM-SHA-512)
-listener and a TLS-only redis-server with ACL users, both started by :mod:`services.secure` with
+listener and a TLS-only redis-server with ACL users, both started by :mod:`leap.services.secure` with
 generated certificates and passwords, and connected only through the ``LEAP_*`` settings.
 
 The stack is PRIVATE (its own folder and free ports), never the shared broker or redis-server.
@@ -28,12 +28,12 @@ import redis
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from core.settings import Settings
 from features.store import _lua as store_lua
 from features.store import open_store, redis_client
-from services.kafka import KAFKA_VERSION
-from services.processes import ROOT
-from services.secure import (
+from leap.core.settings import Settings
+from leap.services.kafka import KAFKA_VERSION
+from leap.services.processes import ROOT
+from leap.services.secure import (
     KAFKA_ACLS,
     REDIS_ACL_COMMANDS,
     SecureStack,
@@ -42,7 +42,7 @@ from services.secure import (
     start_secure_stack,
     stop_secure_stack,
 )
-from services.workers import WorkerProcess, worker_env
+from leap.services.workers import WorkerProcess, worker_env
 from streams.client import SchedulerClient
 from streams.topics import create_topics
 from tests.conftest import wait_until_ranking

@@ -7,15 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.accuracy import summary
 from features.rows import Rows
+from leap.core.accuracy import summary
+from leap.training.dataset import Examples
 from predictor import selector
 from predictor.calibration import EVIDENCE
 from predictor.compiled import CompiledTrees
 from predictor.lgbm import LightGBMThroughput
 from predictor.registry import Registry
 from predictor.selector import CANDIDATES, CONTEXT, PREFIX, fit_selectors, select
-from training.dataset import Examples
 
 
 def synthetic(n: int, seed: int) -> tuple[Rows, np.ndarray, np.ndarray]:

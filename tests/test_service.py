@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import redis
 
-from core.hardware import load_catalogue
 from features.keys import KeyLayout
 from features.rows import build_rows, concat_rows
 from features.snapshot import FeatureSnapshot
 from features.store import FeatureStore
+from leap.core.hardware import load_catalogue
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import LookupTable, PriorTransfer, ThroughputModel
 from predictor.ranking import COLD_START, PEAK_BOUND, UNKNOWN_HARDWARE

@@ -23,8 +23,8 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
-from core.settings import LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, Settings
-from services import cli, docker, kafka, redis_server, stack
+from leap.core.settings import LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, Settings
+from leap.services import cli, docker, kafka, redis_server, stack
 
 integration = pytest.mark.integration
 
@@ -130,7 +130,7 @@ def test_a_broker_named_by_the_environment_on_this_machine_has_its_version(setti
         pytest.skip("the broker is not a local process")
     named = dataclasses.replace(settings, kafka_from_env=True)
     assert stack.status(named)["kafka"]["version"] == kafka.KAFKA_VERSION
-    from services.kafka_version import local_broker_version
+    from leap.services.kafka_version import local_broker_version
 
     assert local_broker_version("127.0.0.1:1") is None  # nothing listens there
 
@@ -367,7 +367,7 @@ def test_compose_cluster_profile_uses_the_local_cluster_ports() -> None:
     """The Docker profile and `leap services up --kafka-brokers 3 --redis-cluster` agree on every port."""
     import yaml
 
-    from core.settings import LOCAL_KAFKA_CLUSTER_PORTS, LOCAL_REDIS_CLUSTER_PORTS
+    from leap.core.settings import LOCAL_KAFKA_CLUSTER_PORTS, LOCAL_REDIS_CLUSTER_PORTS
 
     services = yaml.safe_load(docker.COMPOSE_FILE.read_text())["services"]
     voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in enumerate(LOCAL_KAFKA_CLUSTER_PORTS, start=1))

@@ -1,4 +1,4 @@
-"""The drivers report's stage ablation on measurement tables (:mod:`training.stage_tables`)."""
+"""The drivers report's stage ablation on measurement tables (:mod:`leap.training.stage_tables`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from leap.cli import app
-from training.stage_tables import cell_deltas, rotation, table_drivers, table_variants
+from leap.training.stage_tables import cell_deltas, rotation, table_drivers, table_variants
 
 GAVEL = Path(__file__).resolve().parent.parent / "data" / "measurements" / "gavel.csv"
 

@@ -13,7 +13,6 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from core.hardware import load_catalogue
 from features.keys import JOB_WINDOW, KeyLayout
 from features.layout import (
     COMPUTED_NUMBER,
@@ -28,7 +27,8 @@ from features.offline import OfflineFeatureState
 from features.snapshot import FeatureSnapshot
 from features.sorted_view import pack_sorted_view
 from features.store import FeatureStore
-from replay.rebuild import RebuildResult, compare
+from leap.core.hardware import load_catalogue
+from leap.replay.rebuild import RebuildResult, compare
 from streams.events import JobFinish, JobStart, Submission
 from tests.factories import T0, finish, start, submission
 from tests.store_workload import FIXTURE, apply_workload, dump_state, sorted_views

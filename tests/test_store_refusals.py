@@ -16,10 +16,10 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
-from core.hardware import load_catalogue
 from features.agents import apply_with_isolation
 from features.layout import REJECTED
 from features.store import UNREADABLE_JOB, FeatureStore
+from leap.core.hardware import load_catalogue
 from predictor.models import LookupTable
 from predictor.service import ActiveModel, ModelHolder, RankingService
 from streams.deadletter import PROCESSING_ERROR

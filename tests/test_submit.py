@@ -9,10 +9,10 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from core.settings import Settings
 from leap.cli import app
+from leap.core.settings import Settings
+from leap.services.workers import WorkerProcess
 from leap.submit import FILLED, read_submissions
-from services.workers import WorkerProcess
 from streams.events import SCHEMA_VERSION, Ranking
 
 HAND_WRITTEN: dict[str, Any] = {"job_key": "hand-job", "attempt_id": "hand-job-1", "model_type": "llama-7b",

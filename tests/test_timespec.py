@@ -1,12 +1,12 @@
-"""One time syntax for every ``--from`` / ``--to`` of the CLI (:func:`core.timespec.parse_time`)."""
+"""One time syntax for every ``--from`` / ``--to`` of the CLI (:func:`leap.core.timespec.parse_time`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.timespec import parse_time
-from dashboard.cli import parse_since
-from replay.timespec import parse_bound
+from leap.core.timespec import parse_time
+from leap.dashboard.cli import parse_since
+from leap.replay.timespec import parse_bound
 
 NOW = 1_800_000_000.0
 #: Each accepted form, and the Unix seconds it names at :data:`NOW`.

@@ -1,7 +1,7 @@
-"""Training rows from the chunked replay (:mod:`training.events`) equal those of a plain replay.
+"""Training rows from the chunked replay (:mod:`leap.training.events`) equal those of a plain replay.
 
 The plain replay makes every event an object up front and walks them in (time, kind, index)
-order, as :func:`training.dataset.build_examples` did before it replayed a chunk at a time; the
+order, as :func:`leap.training.dataset.build_examples` did before it replayed a chunk at a time; the
 rows, targets and times must be the same numbers, whatever the chunk and row-batch sizes.
 """
 
@@ -15,15 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from core.hardware import load_catalogue
 from features.offline import OfflineFeatureState
 from features.rows import build_batch_rows
-from fleet.history import simulate, write_history
+from leap.core.hardware import load_catalogue
+from leap.fleet.history import simulate, write_history
+from leap.training import dataset
+from leap.training.dataset import DAY, Examples, History, build_examples, read_history
+from leap.training.days import parse_day
+from leap.training.events import events, ids_unique, measured_finish, replay
 from streams.events import JobFinish, JobStart, Submission
-from training import dataset
-from training.dataset import DAY, Examples, History, build_examples, read_history
-from training.days import parse_day
-from training.events import events, ids_unique, measured_finish, replay
 
 CAT = load_catalogue()
 
@@ -78,7 +78,7 @@ def test_chunked_rows_equal_a_plain_replay(history: History, window: str, monkey
     rows_from, until = (None, None) if window == "all" else (history.last_day - DAY, history.last_day + DAY / 2)
     plain = plain_examples(history, rows_from, until)
     # chunks and row batches far smaller than the history, so that both cross many boundaries
-    monkeypatch.setattr("training.events.CHUNK", 97)
+    monkeypatch.setattr("leap.training.events.CHUNK", 97)
     monkeypatch.setattr(dataset, "ROW_BATCH", 41)
     assert_same(build_examples(history, CAT, rows_from=rows_from, until=until), plain)
 

@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
-from fleet.history import simulate, write_history
+from leap.core.hardware import load_catalogue
+from leap.fleet.history import simulate, write_history
+from leap.training.alternatives import tuning
+from leap.training.alternatives.pairwise import PairwiseLightGBM
+from leap.training.alternatives.plain import PlainLightGBM
+from leap.training.alternatives.report import markdown
+from leap.training.alternatives.sklearn_models import RidgeThroughput, held_out_jobs
+from leap.training.dataset import Examples, build_examples, read_history
+from leap.training.days import parse_day
 from tests.factories import slice_table
-from training.alternatives import tuning
-from training.alternatives.pairwise import PairwiseLightGBM
-from training.alternatives.plain import PlainLightGBM
-from training.alternatives.report import markdown
-from training.alternatives.sklearn_models import RidgeThroughput, held_out_jobs
-from training.dataset import Examples, build_examples, read_history
-from training.days import parse_day
 
 ROOT = Path(__file__).resolve().parent.parent
 GAVEL = ROOT / "data" / "measurements" / "gavel.csv"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.settings import Settings
+from leap.core.settings import Settings
+from leap.services.processes import ROOT
+from leap.services.workers import WorkerProcess, worker_env
 from predictor.whatif import WhatIf
-from services.processes import ROOT
-from services.workers import WorkerProcess, worker_env
 from streams.client import SchedulerClient
 from streams.events import Ranking
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS, end_offsets

@@ -1,0 +1,79 @@
+"""``bench train``: wall time and peak memory of ``leap train`` on a simulated history.
+
+Each run is a child process (``python -m leap.cli train``) on the same history, into a scratch
+registry. Its peak resident memory is measured from outside: ``os.wait4`` returns the child's own
+``ru_maxrss`` (the kernel's high-water mark of its resident set, LightGBM's threads included), so
+one run's peak is not mixed with another's as ``RUSAGE_CHILDREN`` would mix them. The seconds are
+the child's wall time, start-up included; the training report's own split (rows, fit) comes along.
+
+The history is what ``leap fleet history`` writes; ``--history`` reuses a folder written before
+(a 60-day history of 20,000 attempts a day takes minutes to simulate), otherwise one is simulated
+into a temporary folder and removed at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from leap.bench.common import Figures, report, say
+from leap.fleet.history import simulate, write_history
+
+HISTORY_START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
+
+
+def train_once(history: Path, window_days: int, scratch: Path, trees: int | None = None) -> Figures:
+    """One ``leap train`` in a child process: its wall seconds, peak RSS and the report's timings."""
+    registry = scratch / f"registry-{time.monotonic_ns()}"
+    out = scratch / f"report-{time.monotonic_ns()}.json"
+    cmd = [sys.executable, "-m", "leap.cli", "train", "--history", str(history), "--registry", str(registry),
+           "--window-days", str(window_days), "--json", str(out), *(["--trees", str(trees)] if trees else [])]
+    t0 = time.perf_counter()
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - t0
+    child.returncode = os.waitstatus_to_exitcode(status)
+    err = child.stderr.read().decode(errors="replace") if child.stderr is not None else ""
+    if child.returncode != 0:
+        raise RuntimeError(f"leap train failed ({child.returncode}): {err[-2000:]}")
+    rep = json.loads(out.read_text())
+    return {
+        "seconds": seconds,
+        "peak_rss_gb": usage.ru_maxrss * 1024 / 1e9,  # Linux reports kilobytes
+        "rows_s": float(rep["timings_s"]["rows"]),
+        "fit_s": float(rep["timings_s"]["fit"]),
+        "train_rows": float(rep["training_window"]["rows"]),
+        "holdout_acc10": float(rep["metrics"]["lightgbm"]["acc@10"]),
+    }
+
+
+def bench_train(days: int, per_day: int, window_days: int, repeat: int, seed: int, history: Path | None,
+                trees: int | None = None) -> dict[str, Any]:
+    """``repeat`` runs of ``leap train`` on one history; medians of :func:`train_once`'s figures."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="leap-bench-train-") as tmp:
+        scratch = Path(tmp)
+        params: dict[str, Any] = {"window_days": window_days, "trees": trees or "leap train's",
+                                  "rss": "os.wait4 ru_maxrss of the child"}
+        if history is None or not (history / "submissions").is_dir():
+            folder = history or scratch / "history"
+            say(f"simulating {days} days x {per_day} attempts (seed {seed}) into {folder} ...")
+            t0 = time.perf_counter()
+            write_history(simulate(seed, days, per_day, start=HISTORY_START), folder)
+            params["simulate_s"] = round(time.perf_counter() - t0, 1)
+            history = folder
+            params.update(days=days, attempts_per_day=per_day, seed=seed)
+        params["history"] = str(history)
+        runs = []
+        for r in range(repeat):
+            runs.append(train_once(history, window_days, scratch, trees))
+            say(f"run {r + 1}/{repeat}: {runs[-1]['seconds']:.1f} s, peak {runs[-1]['peak_rss_gb']:.2f} GB "
+                f"(rows {runs[-1]['rows_s']} s, fit {runs[-1]['fit_s']} s)")
+    return report("train", params, runs, started=started)

@@ -1,0 +1,500 @@
+"""Backtest: N nightly retrains over the end of a history.
+
+For each of the last ``days`` days: train on attempts that finished before that day (within
+the training window), then score the day's finished attempts with features as of their
+submission. Rows are built once for the whole history (they are point-in-time by
+construction); only the models change from night to night.
+
+Models scored side by side: ``lightgbm`` (the served model), the baselines ``transfer_paired``
+(the job's prior times the ratio earlier jobs showed between the two types near its
+configuration), ``transfer`` (times the ratio of lookup medians) and ``lookup``, and, where the
+history has the simulator's oracle table, two references that no model can beat:
+
+* ``oracle``: the noise-free expected throughput, which includes the job's own speed factor;
+* ``ceiling``: the best a predictor can do *at submission time*: it knows the simulator's law
+  exactly (every hardware type's noise-free throughput at the submission's configuration), a
+  model type's effect on an architecture once a job of the type finished on that architecture
+  before the submission (before: the effect's median, 1), and of the job only what its history
+  shows: its measured throughput (noise and all) here, else on its most observed other
+  hardware, relative to the law at the configuration it was measured at, times the law here;
+  no history: the law. The job's input cap (15% of simulated jobs) is the job's own, like its
+  speed factor: applied once a measured attempt of the job ran at it before the submission.
+  Knowing an effect or a cap before anything revealed it would credit the ceiling with what no
+  predictor can know at submission time (``knows_every_effect``, ``knows_every_cap`` keep the
+  earlier rules; histories without ``architecture_effect`` know every effect).
+
+Top-1 and regret use a sample of attempts with every candidate's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from features.rows import Rows
+from leap.core.accuracy import regret, summary, top1
+from leap.core.hardware import Catalogue, load_catalogue
+from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
+from leap.training.days import checked_first_test_day, day_text, first_test_day, submitted_on, training_rows
+from leap.training.train import baseline_models, fit_served
+from predictor.lgbm import EVIDENCE, evidence_level
+from predictor.models import ThroughputModel
+from streams.events import Submission
+
+METRICS = ("acc@10", "acc@20", "mape", "top1", "regret", "band_coverage")
+#: Scored side by side, in the order tables list them.
+METHODS = ("lightgbm", "transfer_paired", "transfer", "lookup", "oracle", "ceiling")
+
+
+def _oracle_map(history: History, column: str = "oracle_throughput") -> dict[tuple[str, str], float]:
+    """``(attempt_id, hardware) -> column`` of the simulator's oracle table (empty without one)."""
+    if history.oracle is None:
+        return {}
+    o = history.oracle
+    return dict(zip(zip(o.column("attempt_id").to_pylist(), o.column("hardware").to_pylist(), strict=True),
+                    o.column(column).to_pylist(), strict=True))
+
+
+def ceiling_predictions(rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray,
+                        tables: OracleTables, knows_every_effect: bool = False,
+                        knows_every_cap: bool = False) -> np.ndarray:
+    """Per-accelerator predictions of the submission-time ceiling (see the module docstring).
+
+    The job's history is what the rows say it is (``prior_same_*`` on this hardware, else
+    ``prior_other_*`` on ``prior_hw``): a measured throughput, whose ratio to the law at the
+    configuration it was measured at (the job's latest earlier attempt there) is the job's effect as
+    measured. The law at this attempt's configuration times that effect, under the input cap, is
+    the ceiling; without history the effect is 1. The law here leaves out the model type's effect
+    on the candidate's architecture while no earlier finish revealed it, unless
+    ``knows_every_effect`` (the ceiling of earlier versions). The law where the prior was measured
+    keeps it: the job's own finish there revealed it. The job's input cap counts once a measured
+    attempt of it ran at the cap (:meth:`OracleTables.cap_revealed`), or always: ``knows_every_cap``.
+    """
+    law = tables.look(tables.law, attempt_id, rows["hardware"])
+    if not knows_every_effect:
+        hidden = tables.unrevealed(attempt_id, rows["hardware"])
+        law = np.where(hidden, law / tables.look(tables.architecture_effect, attempt_id, rows["hardware"]), law)
+    cap = tables.look(tables.cap, attempt_id, rows["hardware"])
+    if not knows_every_cap:
+        cap = np.where(tables.cap_revealed(attempt_id), cap, np.nan)
+    same = rows["prior_same_n"] > 0
+    where = np.where(same, rows["hardware"], rows["prior_hw"])
+    measured = np.exp(np.where(same, rows["prior_same_log"], rows["prior_other_log"]))
+    earlier = np.array([tables.earlier_attempt(a, h) for a, h in zip(attempt_id, where, strict=True)], dtype=object)
+    law_there = tables.look(tables.law, earlier, where) / tables.look_accelerators(earlier)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        effect = np.where(same | (rows["prior_other_n"] > 0), measured / law_there, 1.0)
+    # The oracle is min(law x effect, cap); a NaN cap (none) leaves the product as it is.
+    return np.asarray(np.fmin(law * effect, cap) / num_accelerators, dtype=np.float64)
+
+
+#: What :func:`pick_metrics` scores: a model, the truth itself (``None``), or a function of the
+#: attempt and its candidates' rows (the ceiling, which needs the attempt's oracle entries).
+Picker = ThroughputModel | None | Callable[[Submission, Rows], np.ndarray]
+
+
+def pick_metrics(models: dict[str, Picker], ex: Examples, oracle: dict[tuple[str, str], float],
+                  catalogue: Catalogue) -> dict[str, dict[str, float]]:
+    """Top-1 and regret on the sampled attempts that have every candidate's row and oracle."""
+    names = catalogue.names()
+    col = {n: i for i, n in enumerate(names)}
+    prices = np.array([catalogue.price(n) or np.nan for n in names])
+    # Per-accelerator throughput against per-accelerator price: the accelerator count is the
+    # same for every candidate of one attempt, so it cancels out of the choice.
+    samples: list[tuple[Submission, Rows, list[int], np.ndarray]] = []
+    for sub, rows in ex.full.values():
+        found = [oracle.get((sub.attempt_id, h)) for h in rows["hardware"]]
+        if all(t is not None and t > 0 for t in found) and all(h in col for h in rows["hardware"]):
+            true = np.array(found, dtype=np.float64) / sub.num_accelerators
+            samples.append((sub, rows, [col[h] for h in rows["hardware"]], true))
+    out: dict[str, dict[str, float]] = {}
+    if not samples:
+        return out
+    k = len(samples)
+    true_m = np.full((k, len(names)), 1e-300)  # non-candidates: never the best, never chosen
+    price_m = np.tile(np.where(np.isfinite(prices), prices, 1.0), (k, 1))
+    for i, (_, _, cols, true) in enumerate(samples):
+        true_m[i, cols] = true
+    for name, model in models.items():
+        pred_m = np.full((k, len(names)), np.nan)
+        for i, (sub, rows, cols, true) in enumerate(samples):
+            if model is None:
+                pred = true
+            else:
+                pred = model.predict(rows) if isinstance(model, ThroughputModel) else model(sub, rows)
+            # A candidate the model cannot predict scores 0 (never chosen over one it can), so
+            # a row without any prediction falls to a candidate, never to a non-candidate.
+            pred_m[i, cols] = np.nan_to_num(pred, nan=0.0)
+        out[name] = {"top1": top1(pred_m, true_m, price_m), "regret": regret(pred_m, true_m, price_m)}
+    return out
+
+
+@dataclass(frozen=True)
+class OracleTables:
+    """The simulator's oracle table as ``(attempt_id, hardware) -> value`` maps (empty without one),
+    and the finished attempts of each job.
+
+    Attributes
+    ----------
+    throughput
+        Whole-job noise-free throughput: ``min(law x the job's own effects, cap)``.
+    law
+        The law's whole-job throughput at the attempt's configuration (the model type's effect on
+        the architecture included, the job's own effects not).
+    cap
+        The job's input cap (NaN: none).
+    finished
+        ``job_key -> [(finish time, attempt_id, hardware, accelerators)]`` of measured attempts,
+        oldest first; ``submitted``: ``attempt_id -> (job_key, submission time)``;
+        ``accelerators``: ``attempt_id -> accelerators`` of the measured attempts.
+    architecture_effect
+        The model type's effect on the part's architecture, a factor of ``law`` (empty for a
+        simulator without it: then every effect counts as revealed).
+    revealed
+        ``(model type, architecture) -> time`` of the first measured finish of a job of the model
+        type on a part of the architecture; ``model_type``: ``attempt_id -> model type``;
+        ``architecture``: ``hardware -> architecture``.
+    """
+
+    throughput: dict[tuple[str, str], float]
+    law: dict[tuple[str, str], float]
+    cap: dict[tuple[str, str], float]
+    finished: dict[str, list[tuple[float, str, str, int]]] = field(default_factory=dict)
+    submitted: dict[str, tuple[str, float]] = field(default_factory=dict)
+    accelerators: dict[str, int] = field(default_factory=dict)
+    architecture_effect: dict[tuple[str, str], float] = field(default_factory=dict)
+    revealed: dict[tuple[str, str], float] = field(default_factory=dict)
+    model_type: dict[str, str] = field(default_factory=dict)
+    architecture: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, history: History, catalogue: Catalogue | None = None) -> OracleTables:
+        """The history's oracle columns; all empty for a history without an oracle table.
+
+        A table of a simulator without job-by-hardware effects (no ``law_throughput`` column) reads
+        as law = throughput / job factor; one without ``architecture_effect`` as if every model
+        type's effect on every architecture were known from the start.
+        """
+        if history.oracle is None:
+            return cls({}, {}, {})
+        catalogue = catalogue or load_catalogue()
+        throughput = _oracle_map(history)
+        if "law_throughput" in history.oracle.column_names:
+            law = _oracle_map(history, "law_throughput")
+        else:
+            factor = _oracle_map(history, "job_factor")
+            law = {k: v / factor[k] for k, v in throughput.items()}
+        finished: dict[str, list[tuple[float, str, str, int]]] = {}
+        f = history.finishes.filter(pc.is_valid(history.finishes.column("throughput")))
+        for row in f.select(["job_key", "event_time", "attempt_id", "hardware", "num_accelerators"]).to_pylist():
+            finished.setdefault(row["job_key"], []).append(
+                (row["event_time"], row["attempt_id"], row["hardware"], row["num_accelerators"]))
+        for attempts in finished.values():
+            attempts.sort()
+        s = history.submissions.select(["attempt_id", "job_key", "event_time", "model_type"]).to_pylist()
+        model_type = {r["attempt_id"]: r["model_type"] for r in s}
+        architecture = {hw.name: hw.architecture for hw in catalogue.types.values()}
+        revealed: dict[tuple[str, str], float] = {}
+        for runs in finished.values():
+            for at, attempt, hw, _ in runs:
+                key = (model_type.get(attempt, ""), architecture.get(hw, hw))
+                revealed[key] = min(at, revealed.get(key, at))
+        effect = (_oracle_map(history, "architecture_effect")
+                  if "architecture_effect" in history.oracle.column_names else {})
+        return cls(throughput, law, _oracle_map(history, "input_cap"), finished,
+                   {r["attempt_id"]: (r["job_key"], r["event_time"]) for r in s},
+                   {a: n for runs in finished.values() for _, a, _, n in runs},
+                   effect, revealed, model_type, architecture)
+
+    @staticmethod
+    def look(table: dict[tuple[str, str], float], keys: np.ndarray, hardware: np.ndarray) -> np.ndarray:
+        """``table[(key, hardware)]`` per row, NaN where absent."""
+        return np.array([np.nan if (v := table.get((k, h))) is None else v
+                         for k, h in zip(keys, hardware, strict=True)], dtype=np.float64)
+
+    def earlier_attempt(self, attempt_id: str, hardware: str) -> str | None:
+        """The job's latest attempt on ``hardware`` that finished before ``attempt_id`` was submitted."""
+        job, at = self.submitted.get(attempt_id, ("", 0.0))
+        found = None
+        for finished, earlier, hw, _ in self.finished.get(job, []):
+            if finished >= at:
+                break
+            if hw == hardware:
+                found = earlier
+        return found
+
+    def unrevealed(self, attempt_id: np.ndarray, hardware: np.ndarray) -> np.ndarray:
+        """Per row: no job of the attempt's model type finished on the hardware's architecture
+        before the attempt was submitted (always False without ``architecture_effect``)."""
+        if not self.architecture_effect:
+            return np.zeros(len(attempt_id), dtype=bool)
+        out = np.empty(len(attempt_id), dtype=bool)
+        for i, (a, h) in enumerate(zip(attempt_id, hardware, strict=True)):
+            first = self.revealed.get((self.model_type.get(a, ""), self.architecture.get(h, h)))
+            out[i] = first is None or first >= self.submitted.get(a, ("", 0.0))[1]
+        return out
+
+    @cached_property
+    def capped(self) -> frozenset[str]:
+        """Measured attempts that ran at their job's input cap (min(law x effects, cap) is the cap)."""
+        return frozenset(a for runs in self.finished.values() for _, a, hw, _ in runs
+                         if (c := self.cap.get((a, hw))) is not None and self.throughput.get((a, hw), 0.0) >= c)
+
+    def cap_revealed(self, attempt_id: np.ndarray) -> np.ndarray:
+        """Per row: a measured attempt of the job ran at its input cap before the attempt was submitted."""
+        out = np.zeros(len(attempt_id), dtype=bool)
+        for i, a in enumerate(attempt_id):
+            job, at = self.submitted.get(a, ("", 0.0))
+            out[i] = any(done < at and earlier in self.capped for done, earlier, _, _ in self.finished.get(job, []))
+        return out
+
+    def look_accelerators(self, attempts: np.ndarray) -> np.ndarray:
+        """Accelerators of each attempt (NaN for None)."""
+        return np.array([self.accelerators.get(a, np.nan) if a is not None else np.nan for a in attempts],
+                        dtype=np.float64)
+
+    def per_accelerator(self, test: Examples) -> np.ndarray:
+        """The oracle's per-accelerator throughput of each test example (NaN where it has none)."""
+        orc = np.array([self.throughput.get((a, h), np.nan)
+                        for a, h in zip(test.attempt_id, test.hardware, strict=True)])
+        return orc / test.num_accelerators
+
+    def ceiling(self, rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray,
+                knows_every_effect: bool = False, knows_every_cap: bool = False) -> np.ndarray:
+        """:func:`ceiling_predictions` with these tables."""
+        return ceiling_predictions(rows, attempt_id, num_accelerators, self, knows_every_effect, knows_every_cap)
+
+    def ceiling_picker(self, sub: Submission, rows: Rows) -> np.ndarray:
+        """The ceiling for every candidate row of one submission (a :data:`Picker`)."""
+        n = len(rows["hardware"])
+        return self.ceiling(rows, np.full(n, sub.attempt_id, dtype=object), np.full(n, float(sub.num_accelerators)))
+
+
+def backtest(
+    history_dir: Path,
+    days: int = 30,
+    window_days: int = 30,
+    params: dict[str, Any] | None = None,
+    catalogue: Catalogue | None = None,
+    progress: Any = None,
+    examples: tuple[History, Examples] | None = None,
+) -> dict[str, Any]:
+    """Retrain nightly over the last ``days`` days of a history and score each day.
+
+    Parameters
+    ----------
+    history_dir
+        History folder (ignored when ``examples`` is given).
+    days
+        Test days at the end of the history.
+    window_days
+        Training window of each retrain.
+    params
+        LightGBM parameters; None for the defaults.
+    catalogue
+        Specs for the rows and prices for regret; default :func:`leap.core.hardware.load_catalogue`.
+    progress
+        Anything with ``print`` (a rich console), for one line per day.
+    examples
+        ``(history, examples)`` already built with :func:`leap.training.dataset.build_examples`
+        (with candidate rows from the first test day on, for top-1 and regret).
+
+    Returns
+    -------
+    dict
+        ``{"days", "window_days", "mean": {model: metrics}, "by_evidence", "per_day": [...],
+        "lightgbm_beats_transfer_days", "data_hash", "lightgbm_by_hardware",
+        "lightgbm_by_family", "lightgbm_sample"}``.
+
+    Raises
+    ------
+    ValueError
+        If the history is too short, or no day had both training and test examples.
+    """
+    catalogue = catalogue or load_catalogue()
+    history, ex, first_test = _history_examples(history_dir, days, catalogue, progress, examples)
+    oracle = OracleTables.read(history, catalogue)
+    per_day: list[dict[str, Any]] = []
+    # LightGBM's errors on every scored attempt, for the by-hardware and by-family breakdowns.
+    errors: dict[str, list[Any]] = {"hardware": [], "family": [], "pred": [], "actual": []}
+    for d in range(days):
+        row = _score_day(ex, first_test + d * DAY, window_days, params, oracle, catalogue, errors)
+        if row is None:
+            continue
+        per_day.append(row)
+        if progress is not None:
+            progress.print(f"{row['day']}: train {row['train_rows']} test {row['test_rows']}  acc@10 "
+                           + "  ".join(f"{n} {row[n]['acc@10']:.3f}" for n in METHODS if n in row))
+    if not per_day:
+        raise ValueError("no day had both training and test examples")
+    return {**_summarise(per_day, errors, window_days, history.digest), "params": dict(params or {})}
+
+
+def _history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,
+                      examples: tuple[History, Examples] | None) -> tuple[History, Examples, float]:
+    """The history, its examples and the first test day; rows are built unless given."""
+    if examples is not None:
+        history, ex = examples
+        return history, ex, first_test_day(history, days)
+    history = read_history(history_dir)
+    # Checked before building the rows, the slow part, so a short history fails at once.
+    first_test = checked_first_test_day(history, days)
+    return history, build_examples_with_progress(history, catalogue, progress, full_from=first_test), first_test
+
+
+def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any] | None,
+               oracle: OracleTables, catalogue: Catalogue, errors: dict[str, list[Any]]) -> dict[str, Any] | None:
+    """One night: train before ``day``, score the day's attempts; None if either side is empty.
+
+    Appends LightGBM's errors on the day to ``errors``.
+    """
+    train = training_rows(ex, day, window_days)
+    test = submitted_on(ex, day)
+    if len(train) == 0 or len(test) == 0:
+        return None
+    served = fit_served(train, params)  # as served: history without a size, never above a part's peak
+    models: dict[str, Picker] = {"lightgbm": served, **baseline_models()}
+    row: dict[str, Any] = {"day": day_text(day), "train_rows": len(train), "test_rows": len(test)}
+    preds: dict[str, np.ndarray] = {}
+    for name, model in models.items():
+        assert isinstance(model, ThroughputModel)
+        pred = preds[name] = model.predict(test.rows)
+        row[name] = summary(pred, test.y)
+    row["lightgbm"]["band_coverage"] = band_coverage(served, preds["lightgbm"], test)
+    _record_errors(errors, test, preds["lightgbm"])
+    if oracle.throughput:
+        preds["oracle"] = oracle.per_accelerator(test)
+        row["oracle"] = summary(preds["oracle"], test.y)
+        models["oracle"] = None
+        preds["ceiling"] = oracle.ceiling(test.rows, test.attempt_id, test.num_accelerators)
+        models["ceiling"] = oracle.ceiling_picker
+        row["ceiling"] = summary(preds["ceiling"], test.y)
+    row["by_evidence"] = by_evidence(test, preds)
+    for name, picks in pick_metrics(models, test, oracle.throughput, catalogue).items():
+        row[name].update(picks)
+    return row
+
+
+def band_coverage(model: ThroughputModel, pred: np.ndarray, test: Examples) -> float:
+    """Share of measured throughputs inside the model's band (nominally 80%: 10th to 90th percentile)."""
+    lower, upper = model.predict_band(pred, test.rows)
+    inside = (test.y >= lower) & (test.y <= upper)
+    return float(np.mean(inside)) if len(test.y) else float("nan")
+
+
+def _record_errors(errors: dict[str, list[Any]], test: Examples, pred: np.ndarray) -> None:
+    errors["hardware"].extend(test.rows["hardware"].tolist())
+    errors["family"].extend(test.rows["family"].tolist())
+    errors["pred"].extend(pred.tolist())
+    errors["actual"].extend(test.y.tolist())
+
+
+def by_evidence(test: Examples, preds: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Per evidence level: its share of the day's attempts and each method's acc@10 on them."""
+    level = evidence_level(test.rows)
+    return {
+        name: {"share": float(np.mean(level == k)),
+               **{n: summary(p[level == k], test.y[level == k])["acc@10"] for n, p in preds.items()}}
+        for k, name in enumerate(EVIDENCE)
+    }
+
+
+def _summarise(per_day: list[dict[str, Any]], errors: dict[str, list[Any]], window_days: int,
+               data_hash: str) -> dict[str, Any]:
+    """The backtest's result: means over the days, the per-day rows and LightGBM's breakdowns."""
+    names = [n for n in METHODS if n in per_day[0]]
+    mean = {n: {m: float(np.nanmean([r[n][m] for r in per_day])) for m in METRICS if m in per_day[0][n]}
+            for n in names}
+    evidence = {
+        level: {key: float(np.nanmean([r["by_evidence"][level][key] for r in per_day]))
+                for key in per_day[0]["by_evidence"][level]}
+        for level in EVIDENCE
+    }
+    wins = {f"lightgbm_beats_{base}_days": sum(r["lightgbm"]["acc@10"] > r[base]["acc@10"] for r in per_day)
+            for base in ("transfer", "transfer_paired", "lookup")}
+    coverage = [r["lightgbm"]["band_coverage"] for r in per_day]
+    return {"days": len(per_day), "window_days": window_days, "mean": mean, "by_evidence": evidence,
+            "per_day": per_day, **wins,
+            "band_coverage_range": [float(np.min(coverage)), float(np.max(coverage))], "data_hash": data_hash,
+            "lightgbm_by_hardware": _breakdown(errors, "hardware"), "lightgbm_by_family": _breakdown(errors, "family"),
+            "lightgbm_sample": _sample(errors, 3000)}
+
+
+def _breakdown(errors: dict[str, list[Any]], key: str) -> dict[str, dict[str, float]]:
+    """LightGBM's metrics per value of ``key`` (hardware or family), over all scored attempts."""
+    keys = np.array(errors[key], dtype=object)
+    pred, actual = np.array(errors["pred"]), np.array(errors["actual"])
+    return {str(k): summary(pred[keys == k], actual[keys == k]) for k in sorted(set(keys.tolist()))}
+
+
+def _sample(errors: dict[str, list[Any]], n: int) -> dict[str, list[float]]:
+    """Predicted and measured per-accelerator throughput of up to ``n`` scored attempts."""
+    idx = np.random.default_rng(0).permutation(len(errors["pred"]))[:n]
+    return {"pred": [errors["pred"][i] for i in idx], "actual": [errors["actual"][i] for i in idx]}
+
+
+def plot_report(result: dict[str, Any], folder: Path) -> list[Path]:
+    """PNG plots: accuracy per day, and the per-day table as a chart of acc@10 gaps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    per_day = result["per_day"]
+    days = [r["day"][5:] for r in per_day]
+    names = [n for n in METHODS if n in per_day[0]]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for n in names:
+        ax.plot(days, [r[n]["acc@10"] for r in per_day], marker="o", ms=3, label=n)
+    ax.set_ylabel("acc@10 (share within 10% of measured)")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"Backtest: {result['days']} nightly retrains")
+    ax.legend()
+    ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths = [folder / "accuracy_per_day.png"]
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    sample = result.get("lightgbm_sample")
+    if sample and sample["pred"]:
+        pred, actual = np.array(sample["pred"]), np.array(sample["actual"])
+        ok = np.isfinite(pred) & (pred > 0)
+        fig, ax = plt.subplots(figsize=(5.5, 5.5))
+        ax.loglog(actual[ok], pred[ok], ".", ms=2, alpha=0.4)
+        lo, hi = float(actual[ok].min()), float(actual[ok].max())
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="exact")
+        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.25, label="±10%")
+        ax.set_xlabel("measured samples/s per accelerator")
+        ax.set_ylabel("LightGBM predicted")
+        ax.set_title("Predicted against measured (sample)")
+        ax.legend()
+        fig.tight_layout()
+        paths.append(folder / "predicted_vs_actual.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+    for key in ("hardware", "family"):
+        table = result.get(f"lightgbm_by_{key}")
+        if not table:
+            continue
+        names = sorted(table, key=lambda k: table[k]["acc@10"])
+        fig, ax = plt.subplots(figsize=(7, 0.28 * len(names) + 1.2))
+        ax.barh(names, [table[k]["acc@10"] for k in names], color="#4878a8")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("LightGBM acc@10 over all backtest days")
+        ax.set_title(f"Accuracy by {key}")
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        paths.append(folder / f"accuracy_by_{key}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths

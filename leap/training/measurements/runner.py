@@ -1,0 +1,250 @@
+"""The fold runner: every model on every fold of a protocol, on identical rows, and their scores.
+
+Per fold, the held-out configurations' jobs are the test jobs and every other job trains:
+
+- training examples = :func:`leap.training.dataset.build_examples` on the training jobs' history
+  (point-in-time rows, exactly as ``leap train`` builds them);
+- test examples = :func:`leap.training.dataset.build_held_out_examples`: every attempt of every test
+  job, with the features as of its submission, where the job sees only its own earlier attempts
+  and the cross-job aggregates of the training jobs; plus every candidate's rows of each
+  submission (for top-1 and regret);
+- each model (a factory of the estimator contract, :mod:`leap.training.measurements.estimators`) is
+  fitted on the training examples and predicts the test rows.
+
+Scores (:mod:`leap.core.accuracy`): acc@10, acc@20 and MAPE over all test attempts and by evidence
+level (``same``: the job ran on this hardware before; ``other``: only elsewhere, the transfer
+task and the primary figure; ``none``: a cold first attempt); top-1 and regret over the
+submissions with at least two candidates priced in the catalogue, by throughput per dollar.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from features.rows import Rows, concat_rows
+from leap.core.accuracy import regret, summary, top1
+from leap.core.hardware import Catalogue
+from leap.training.dataset import Examples, build_cross_fitted_examples, build_held_out_examples, select_jobs
+from leap.training.measurements.estimators import Estimator, ModelFactory
+from leap.training.measurements.history import TableHistory
+from leap.training.measurements.pairs import folds
+from leap.training.measurements.table import Table
+from predictor.lgbm import EVIDENCE, evidence_level
+from predictor.models import ThroughputModel
+
+#: The evidence level whose rows give the primary figures (the job ran elsewhere before).
+PRIMARY = "other"
+
+
+@dataclass
+class Fold:
+    """One fold's training and held-out examples (the held-out ones with every candidate's rows)."""
+
+    train: Examples
+    test: Examples
+
+
+def make_fold(th: TableHistory, test_rows: np.ndarray, catalogue: Catalogue) -> Fold:
+    """The fold whose test jobs are those of the table rows ``test_rows`` (a boolean mask)."""
+    keys = set(th.job_key[test_rows].tolist())
+    train = select_jobs(th.history, keys, keep=False)
+    held_out = select_jobs(th.history, keys)
+    # A table has no time: training rows see the other training jobs' aggregates, as test rows do.
+    return Fold(build_cross_fitted_examples(train, catalogue), build_held_out_examples(train, held_out, catalogue))
+
+
+@dataclass
+class _ModelRun:
+    """One model's predictions over the folds and what they cost."""
+
+    acc: list[np.ndarray] = field(default_factory=list)
+    full: list[list[np.ndarray]] = field(default_factory=list)
+    fit_s: float = 0.0
+    predict_s: float = 0.0
+    predicted_rows: int = 0
+    #: per fold, what a model that reports its fit (``fit_report_``) chose and did
+    reports: list[Any] = field(default_factory=list)
+    #: per fold and test attempt, whether the measured throughput lies inside the model's band
+    #: (1.0 / 0.0; NaN where there is no prediction); empty for a model without ``predict_band``
+    inside: list[np.ndarray] = field(default_factory=list)
+
+
+def fit_estimator(model: Estimator | ThroughputModel, rows: Rows, y: np.ndarray, groups: np.ndarray
+                  ) -> Estimator | ThroughputModel:
+    """``model.fit(rows, y, groups)``; ``model.fit(rows, y)`` for a model whose ``fit`` takes no groups.
+
+    The :mod:`predictor.models` baselines take none; accepting them as they are lets any
+    :class:`~predictor.models.ThroughputModel` plug in without an adapter.
+    """
+    try:
+        params = list(inspect.signature(model.fit).parameters.values())
+    except (TypeError, ValueError):  # no introspectable signature: assume the full contract
+        params = []
+    takes_groups = not params or len(params) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params)
+    if takes_groups:
+        return model.fit(rows, y, groups)  # type: ignore[call-arg]
+    return model.fit(rows, y)  # type: ignore[call-arg]
+
+
+def _run_model(factory: ModelFactory, fold: Fold, full_rows: Rows, sizes: list[int], run: _ModelRun) -> None:
+    """Fit one fresh model on the fold's training rows and predict its test and candidate rows."""
+    t0 = time.perf_counter()
+    model = fit_estimator(factory(), fold.train.rows, fold.train.y, fold.train.job_key) if len(fold.train) else None
+    run.fit_s += time.perf_counter() - t0
+    if getattr(model, "fit_report_", None):
+        run.reports.append(model.fit_report_)  # type: ignore[union-attr]
+    n_test, n_full = len(fold.test), int(sum(sizes))
+    if model is None:  # nothing to train on (e.g. a table with one workload, held out)
+        run.acc.append(np.full(n_test, np.nan))
+        run.full.append([np.full(k, np.nan) for k in sizes])
+        return
+    t1 = time.perf_counter()
+    acc = np.asarray(model.predict(fold.test.rows), dtype=np.float64)
+    full = np.asarray(model.predict(full_rows), dtype=np.float64) if n_full else np.empty(0)
+    run.predict_s += time.perf_counter() - t1
+    run.predicted_rows += n_test + n_full
+    run.acc.append(acc)
+    if hasattr(model, "predict_band"):
+        lower, upper = model.predict_band(acc, fold.test.rows)
+        inside = (fold.test.y >= lower) & (fold.test.y <= upper)
+        run.inside.append(np.where(np.isfinite(acc) & np.isfinite(lower) & np.isfinite(upper), inside, np.nan))
+    run.full.append(np.split(full, np.cumsum(sizes)[:-1]) if sizes else [])
+
+
+def run_protocol(
+    th: TableHistory,
+    t: Table,
+    protocol: str,
+    models: Mapping[str, ModelFactory],
+    catalogue: Catalogue,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Every model on every fold of ``protocol``; every test attempt is predicted exactly once.
+
+    Parameters
+    ----------
+    th, t
+        The converted table and the table.
+    protocol
+        ``config_fold`` or ``leave_one_workload_out`` (:func:`leap.training.measurements.pairs.folds`).
+    models
+        ``name -> factory`` of estimators; a fresh one is fitted per fold.
+    catalogue
+        Specs for the rows and prices for top-1 and regret.
+    seed
+        Seed of the configuration folds.
+
+    Returns
+    -------
+    dict
+        ``{"folds", "rows": {level: count}, "models": {name: scores}}``; see :func:`score_model`.
+    """
+    runs = {name: _ModelRun() for name in models}
+    tests: list[Examples] = []
+    t0 = time.perf_counter()
+    for test_rows in folds(t, protocol, seed):
+        fold = make_fold(th, test_rows, catalogue)
+        tests.append(fold.test)
+        keys = sorted(fold.test.full)
+        sizes = [len(fold.test.full[k][1]["hardware"]) for k in keys]
+        full_rows = concat_rows([fold.test.full[k][1] for k in keys])
+        for name, factory in models.items():
+            _run_model(factory, fold, full_rows, sizes, runs[name])
+    truth = _Truth.of(tests, catalogue)
+    return {
+        "folds": len(tests),
+        "rows": {level: int((truth.level == k).sum()) for k, level in enumerate(EVIDENCE)},
+        "seconds": round(time.perf_counter() - t0, 2),
+        "models": {name: score_model(run, truth) for name, run in runs.items()},
+    }
+
+
+@dataclass
+class _Truth:
+    """What the predictions are scored against, over all folds in fold order."""
+
+    y: np.ndarray
+    level: np.ndarray
+    #: per ranked submission: (index of its priced candidates, their true throughput, their prices)
+    ranked: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+
+    @classmethod
+    def of(cls, tests: list[Examples], catalogue: Catalogue) -> _Truth:
+        return cls(
+            y=np.concatenate([ex.y for ex in tests]) if tests else np.empty(0),
+            level=np.concatenate([evidence_level(ex.rows) for ex in tests]) if tests else np.empty(0, dtype=int),
+            ranked=[_ranked_truth(ex, catalogue) for ex in tests],
+        )
+
+
+def _ranked_truth(ex: Examples, catalogue: Catalogue) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """For each full submission of a fold (in key order): its priced candidates and their truth.
+
+    A candidate's true per-accelerator throughput is the median of the job's measurements on it
+    (every candidate was measured, by construction); prices are the catalogue's, and a candidate
+    without one cannot be ranked by throughput per dollar, so it is left out of the choice.
+    """
+    measured: dict[tuple[str, str], list[float]] = {}
+    for job, hw, y in zip(ex.job_key.tolist(), ex.hardware.tolist(), ex.y.tolist(), strict=True):
+        measured.setdefault((job, catalogue.canonical(hw)), []).append(y)
+    out = []
+    for k in sorted(ex.full):
+        sub, rows = ex.full[k]
+        names = [str(h) for h in rows["hardware"].tolist()]
+        prices = [catalogue.price(h) for h in names]
+        idx = np.array([i for i, p in enumerate(prices) if p is not None and (sub.job_key, names[i]) in measured],
+                       dtype=np.int64)
+        true = np.array([float(np.median(measured[(sub.job_key, names[i])])) for i in idx.tolist()])
+        out.append((idx, true, np.array([prices[i] for i in idx.tolist()], dtype=np.float64)))
+    return out
+
+
+def score_model(run: _ModelRun, truth: _Truth) -> dict[str, Any]:
+    """A model's scores: the primary (prior elsewhere) summary at the top, then the rest.
+
+    Returns
+    -------
+    dict
+        ``{"acc@10", "acc@20", "mape", "n", "n_missing"`` (rows of evidence :data:`PRIMARY`),
+        ``"all"`` (every test attempt), ``"by_evidence": {same, other, none}``, ``"top1"``,
+        ``"regret"``, ``"n_ranked"`` (submissions with two or more priced candidates),
+        ``"band_coverage"`` (share of measured throughputs of :data:`PRIMARY` rows with a prediction
+        inside the model's 80 % band; NaN for a model without a band),
+        ``"fit_s"`` (all folds), ``"predict_us_per_row"}``.
+    """
+    pred = np.concatenate(run.acc) if run.acc else np.empty(0)
+    by_level = {level: summary(pred[truth.level == k], truth.y[truth.level == k]) for k, level in enumerate(EVIDENCE)}
+    hits, regrets = [], []
+    for fold_pred, fold_truth in zip(run.full, truth.ranked, strict=True):
+        for p, (idx, true, price) in zip(fold_pred, fold_truth, strict=True):
+            if len(idx) < 2:
+                continue
+            if not np.isfinite(p[idx]).any():
+                # No estimate for any priced candidate: no pick. A miss for top-1, and no regret
+                # (leap.core.accuracy would fall back to the first candidate, which is not a choice).
+                hits.append(0.0)
+                continue
+            hits.append(top1(p[idx][None, :], true[None, :], price))
+            regrets.append(regret(p[idx][None, :], true[None, :], price))
+    reports = {"fit_reports": run.reports} if run.reports else {}
+    inside = np.concatenate(run.inside) if run.inside else np.full(len(pred), np.nan)
+    banded = inside[(truth.level == EVIDENCE.index(PRIMARY)) & np.isfinite(inside)]
+    return {
+        **reports,
+        **by_level[PRIMARY],
+        "all": summary(pred, truth.y),
+        "by_evidence": by_level,
+        "top1": float(np.mean(hits)) if hits else float("nan"),
+        "regret": float(np.mean(regrets)) if regrets else float("nan"),
+        "n_ranked": len(hits),
+        "n_unranked": len(hits) - len(regrets),
+        "band_coverage": float(np.mean(banded)) if len(banded) else float("nan"),
+        "fit_s": round(run.fit_s, 3),
+        "predict_us_per_row": round(1e6 * run.predict_s / run.predicted_rows, 2) if run.predicted_rows else None,
+    }

@@ -1,0 +1,69 @@
+"""Backtest rows of a scheduler that leaves an optional field out (``leap backtest --drop-field``).
+
+The contract lets a submission leave out ``params``, ``framework`` and the parallel layout; the
+simulated histories never do. These rows are those of :func:`leap.training.backtest.backtest` with one
+field (:data:`features.completion.OPTIONAL_FIELDS`) left out of every submission from the first test
+day on (the scored ones, and those the later nights train on), so that the model, the stand-ins of
+:mod:`features.completion` and the baselines are scored on the same attempts as the complete run.
+The history before keeps the field: its submissions are what the stand-ins are derived from.
+With ``everywhere`` it is left out of the whole history, and only the fallbacks stand in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from features.completion import LAYOUT_FIELDS, OPTIONAL_FIELDS
+from leap.core.hardware import Catalogue
+from leap.training.dataset import Examples, History, build_examples_with_progress, read_history
+from leap.training.days import checked_first_test_day
+
+
+def examples_without(history_dir: Path, days: int, field: str, catalogue: Catalogue, progress: Any = None,
+                     everywhere: bool = False) -> tuple[History, Examples]:
+    """A history and its backtest rows with ``field`` left out (see the module docstring).
+
+    Parameters
+    ----------
+    history_dir
+        History folder.
+    days
+        Test days at the end of the history (as :func:`leap.training.backtest.backtest` takes them).
+    field
+        One of :data:`features.completion.OPTIONAL_FIELDS` (``layout``: all three degrees).
+    catalogue
+        Specs for the rows.
+    progress
+        Anything with ``print``, or None.
+    everywhere
+        Leave the field out of every submission, not only from the first test day on.
+
+    Raises
+    ------
+    ValueError
+        An unknown field, or a history too short for ``days``.
+    """
+    if field not in OPTIONAL_FIELDS:
+        raise ValueError(f"cannot drop {field!r}: choose one of {', '.join(OPTIONAL_FIELDS)}")
+    history = read_history(history_dir)
+    first_test = checked_first_test_day(history, days)
+    sent = without_field(history, field, None if everywhere else first_test)
+    return history, build_examples_with_progress(sent, catalogue, progress, full_from=first_test)
+
+
+def without_field(history: History, field: str, since: float | None) -> History:
+    """``history`` with ``field`` (``layout``: its three degrees) null in the submissions from ``since``
+    on (all of them if None), as a scheduler that leaves it out sends them."""
+    subs = history.submissions
+    late = pc.greater_equal(subs["event_time"], since) if since is not None else None
+    for name in LAYOUT_FIELDS if field == "layout" else (field,):
+        column = subs[name]
+        empty = pa.nulls(len(subs), column.type)
+        subs = subs.set_column(subs.schema.get_field_index(name), name,
+                               empty if late is None else pc.if_else(late, empty, column))
+    return dataclasses.replace(history, submissions=subs)
