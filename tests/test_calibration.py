@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from core.hardware import load_catalogue
 from features.rows import build_rows
 from features.snapshot import FeatureSnapshot, LookupStat, PairStat, PriorStat
+from leap.core.hardware import load_catalogue
 from predictor.calibration import (
     BLEND_GRID,
     EVIDENCE,
