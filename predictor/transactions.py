@@ -73,6 +73,8 @@ GIVE_UP_S = 2 * CALL_TIMEOUT_S
 #: 100 ms, back-to-back transactions at 200 submissions/s put a 100 ms step into the tail
 #: (KAFKA-5477 lowered the Java client's to 20 ms; confluent-kafka-python#967). docs/benchmarks.md.
 RETRY_BACKOFF_MS = 10
+#: How often a transactional call retried through retriable failures says it still is.
+STILL_SAY_S = 10.0
 #: Fenced producers replaced within a minute before the worker gives up (see the module docstring).
 MAX_RESTARTS = 5
 
@@ -293,8 +295,15 @@ class ExactlyOnce:
 
     def _start_producer(self) -> None:
         """A new producer under this output's transactional id, its transactions initialised (which
-        fences an older holder of the id and aborts what it left open)."""
+        fences an older holder of the id and aborts what it left open). The producer it replaces
+        is destroyed on a thread of its own: librdkafka's destroy joins the client's threads, which
+        a fenced or stuck producer can keep busy, and the loop must not wait for that."""
+        given_up = getattr(self, "producer", None)
         self.producer = Producer(self.config)
+        if given_up is not None:
+            # the thread holds the last reference: the destroy runs there, when it ends
+            threading.Thread(target=_drop, args=(given_up,), name="leap-producer-destroy", daemon=True).start()
+            del given_up
         self._retry(lambda: _bounded(lambda: self.producer.init_transactions(CALL_TIMEOUT_S), "init_transactions"),
                     "starting transactions")
 
@@ -305,8 +314,11 @@ class ExactlyOnce:
 
     def _retry(self, call: Callable[[], T], what: str, give_up_s: float | None = None) -> T:
         """``call()``, again while it fails with a retriable error (the broker is away), saying so
-        once; past ``give_up_s`` seconds of such failures the last one is raised (None: never)."""
-        began = time.monotonic()
+        once; past ``give_up_s`` seconds of such failures the last one is raised (None: never).
+        Every :data:`STILL_SAY_S` of failures it says so again with the last error: Kafka may have
+        been marked unavailable before (by any client of the process), and a loop that retries
+        without a word looks like one that hangs."""
+        began = said = time.monotonic()
         while True:
             try:
                 result = call()
@@ -314,9 +326,13 @@ class ExactlyOnce:
                 err = exc.args[0]
                 if err.fatal() or not err.retriable():
                     raise
-                if give_up_s is not None and time.monotonic() - began > give_up_s:
+                now = time.monotonic()
+                if give_up_s is not None and now - began > give_up_s:
                     raise
                 KAFKA.mark_down(_Unavailable(f"{what}: {err.str()}"))
+                if now - said >= STILL_SAY_S:
+                    log.warning("still %s after %.0f s: %s", what, now - began, err.str())
+                    said = now
                 time.sleep(0.2)
                 continue
             KAFKA.mark_up()
@@ -337,6 +353,10 @@ class ExactlyOnce:
         self.commit()
         if not self.broken:
             self.producer.flush(CALL_TIMEOUT_S)
+
+
+def _drop(_producer: Producer) -> None:
+    """Nothing: the thread's reference to the producer is released when it ends."""
 
 
 class _Stuck(Exception):
