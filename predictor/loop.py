@@ -154,7 +154,6 @@ class ConfluentPredictor:
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
-        self._due["unassigned"] = time.monotonic() + UNASSIGNED_SAY_S
         log.info("assigned %d partition(s) of %s", len(partitions), self.routes.submissions)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -219,8 +219,7 @@ class ExactlyOnce:
                 KAFKA.mark_up()
             # Bounded: a coordinator cached from before a broker restart can time every attempt
             # out (librdkafka#5511); a new producer finds the current one.
-            self._retry(lambda: _bounded(lambda: self.producer.commit_transaction(CALL_TIMEOUT_S),
-                                         "commit_transaction"), "committing", GIVE_UP_S)
+            self._call("commit_transaction", "committing", GIVE_UP_S)
         except KafkaException as exc:
             return self._recover(exc)
         except _Stuck as stuck:
@@ -233,8 +232,7 @@ class ExactlyOnce:
         rewind = self._rewind_offsets()
         if self._opened_at is not None and not self.broken:
             try:
-                self._retry(lambda: _bounded(lambda: self.producer.abort_transaction(CALL_TIMEOUT_S),
-                                             "abort_transaction"), "aborting", GIVE_UP_S)
+                self._call("abort_transaction", "aborting", GIVE_UP_S)
             except KafkaException as exc:
                 # fenced, or still failing: the new producer's init aborts what this one left open
                 return self._replace(f"{'fenced' if _fatal(exc.args[0]) else 'failed'} while aborting "
@@ -304,8 +302,12 @@ class ExactlyOnce:
             # the thread holds the last reference: the destroy runs there, when it ends
             threading.Thread(target=_drop, args=(given_up,), name="leap-producer-destroy", daemon=True).start()
             del given_up
-        self._retry(lambda: _bounded(lambda: self.producer.init_transactions(CALL_TIMEOUT_S), "init_transactions"),
-                    "starting transactions")
+        self._call("init_transactions", "starting transactions")
+
+    def _call(self, method: str, what: str, give_up_s: float | None = None) -> None:
+        """The producer's transactional ``method`` (init, commit or abort: each takes its timeout and
+        can be called again after one), bounded (:func:`_bounded`) and retried (:meth:`_retry`)."""
+        self._retry(lambda: _bounded(lambda: getattr(self.producer, method)(CALL_TIMEOUT_S), method), what, give_up_s)
 
     def _done(self) -> None:
         self._opened_at = None
