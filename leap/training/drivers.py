@@ -86,8 +86,6 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("anchor_only", "no main model: the anchor is served", "stage",
             (("correction", False), ("selectors", False))),
     Variant("no_gate", "no gate (the model is served where it was not shown better)", "stage", (("gate", False),)),
-    Variant("no_pair_ratio", "no pair ratio model for model types never seen (the paired transfer)", "stage",
-            (("pair_ratio", False),)),
     Variant("lookup", "lookup table (baseline)", "baseline", baseline="lookup"),
     Variant("transfer", "prior transfer (baseline)", "baseline", baseline="transfer"),
     Variant("transfer_paired", "paired transfer (baseline)", "baseline", baseline="transfer_paired"),
