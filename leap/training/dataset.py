@@ -10,6 +10,7 @@ outcome that happened after its submission.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,13 +94,19 @@ def read_history(folder: Path, with_oracle: bool = True) -> History:
                    _read(folder / "finishes", JobFinish), oracle, digest.hexdigest()[:16])
 
 
+def _stack(parts: Sequence[Rows]) -> Rows:
+    return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+
+
 @dataclass
 class Examples:
     """One example per finished attempt with a measured throughput.
 
     ``rows`` are built for the hardware the attempt ran on; ``y`` is its measured
     per-accelerator throughput. ``full`` holds, for a sample of attempts, the rows of every
-    candidate (for top-1 and regret), keyed by example index.
+    candidate (for top-1 and regret), keyed by example index. ``new_type_rows``, where a builder
+    can make them (:func:`with_new_type_rows`), are the same examples' rows as a model type never
+    seen has them: built against the aggregates of the other model types only.
     """
 
     rows: Rows
@@ -111,6 +118,7 @@ class Examples:
     hardware: np.ndarray
     num_accelerators: np.ndarray
     full: dict[int, tuple[Submission, Rows]] = field(default_factory=dict)
+    new_type_rows: Rows | None = None
 
     def __len__(self) -> int:
         return len(self.y)
@@ -124,8 +132,11 @@ class Examples:
             full.update({offset + i: v for i, v in part.full.items()})
             offset += len(part)
         columns = ("y", "submit_time", "finish_time", "attempt_id", "job_key", "hardware", "num_accelerators")
-        return cls(rows={c: np.concatenate([p.rows[c] for p in parts]) for c in parts[0].rows},
-                   **{c: np.concatenate([getattr(p, c) for p in parts]) for c in columns}, full=full)
+        views = [p.new_type_rows for p in parts]
+        new_type = None if any(v is None for v in views) else _stack([v for v in views if v is not None])
+        return cls(rows=_stack([p.rows for p in parts]),
+                   **{c: np.concatenate([getattr(p, c) for p in parts]) for c in columns}, full=full,
+                   new_type_rows=new_type)
 
     def select(self, mask: np.ndarray) -> Examples:
         idx = np.flatnonzero(mask)
@@ -136,6 +147,7 @@ class Examples:
             attempt_id=self.attempt_id[idx], job_key=self.job_key[idx], hardware=self.hardware[idx],
             num_accelerators=self.num_accelerators[idx],
             full={remap[i]: v for i, v in self.full.items() if i in remap},
+            new_type_rows=None if self.new_type_rows is None else {c: v[idx] for c, v in self.new_type_rows.items()},
         )
 
 
@@ -466,6 +478,34 @@ def _replay_held_out_job(job: tuple[list[JobFinish], list[JobStart], list[Submis
             n = out.add(sub, done, snap)
             if full and len(sub.candidates) > 1:
                 out.full[n] = (sub, build_rows(sub, snap, sub.candidates, catalogue))
+
+
+def with_new_type_rows(examples: Examples, history: History, catalogue: Catalogue) -> Examples:
+    """``examples`` (of ``history``'s jobs) with their :attr:`Examples.new_type_rows`.
+
+    For a history without time (a measurement table): the jobs of each model type are built as
+    held-out ones (:func:`build_held_out_examples`) against the history of every other type, so
+    their rows carry no median, paired ratio or other aggregate their own type fed, as a type's
+    first jobs see at serving. The served model calibrates what it serves to new model types on
+    them (:class:`predictor.lgbm.LightGBMThroughput`); without them it approximates that view from
+    the rows (:func:`predictor.calibration.as_new_type`). A history of one type is returned as it is.
+    """
+    subs = history.submissions
+    job_type = dict(zip(subs.column("job_key").to_pylist(), subs.column("model_type").to_pylist(), strict=True))
+    by_type: dict[str, list[str]] = {}
+    for job, model_type in job_type.items():
+        by_type.setdefault(str(model_type), []).append(str(job))
+    if len(by_type) < 2 or not len(examples):
+        return examples
+    parts = [build_held_out_examples(select_jobs(history, jobs, keep=False), select_jobs(history, jobs), catalogue,
+                                     full=False) for jobs in by_type.values()]
+    view = Examples.concat([p for p in parts if len(p)])
+    position = {a: i for i, a in enumerate(view.attempt_id.tolist())}
+    missing = [a for a in examples.attempt_id.tolist() if a not in position]
+    if missing:
+        raise ValueError(f"{len(missing)} examples have no new-type row (first: {missing[0]}): not of this history")
+    order = np.array([position[a] for a in examples.attempt_id.tolist()], dtype=np.int64)
+    return dataclasses.replace(examples, new_type_rows={c: v[order] for c, v in view.rows.items()})
 
 
 def build_cross_fitted_examples(history: History, catalogue: Catalogue, folds: int = 5, seed: int = 0) -> Examples:

@@ -50,7 +50,8 @@ def score(model: ThroughputModel, ex: Examples) -> dict[str, float]:
 
 
 def fit_model(train: Examples, params: dict[str, Any] | None = None) -> LightGBMThroughput:
-    return LightGBMThroughput(**(params or {})).fit(train.rows, train.y, train.job_key)
+    return LightGBMThroughput(**(params or {})).fit(train.rows, train.y, train.job_key,
+                                                    new_type_rows=train.new_type_rows)
 
 
 def fit_served(train: Examples, params: dict[str, Any] | None = None) -> AsServed:

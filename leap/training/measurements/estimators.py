@@ -51,9 +51,9 @@ class ServedModel:
         self.params_: dict[str, Any] = {}
         self.model_: LightGBMThroughput | None = None
 
-    def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray) -> Self:
+    def fit(self, rows: Rows, y: np.ndarray, groups: np.ndarray, new_type_rows: Rows | None = None) -> Self:
         self.params_ = {"seed": self.seed}
-        self.model_ = LightGBMThroughput(**self.params_).fit(rows, y, groups)
+        self.model_ = LightGBMThroughput(**self.params_).fit(rows, y, groups, new_type_rows=new_type_rows)
         return self
 
     def predict(self, rows: Rows) -> np.ndarray:

@@ -30,7 +30,13 @@ import numpy as np
 from features.rows import Rows, concat_rows
 from leap.core.accuracy import regret, summary, top1
 from leap.core.hardware import Catalogue
-from leap.training.dataset import Examples, build_cross_fitted_examples, build_held_out_examples, select_jobs
+from leap.training.dataset import (
+    Examples,
+    build_cross_fitted_examples,
+    build_held_out_examples,
+    select_jobs,
+    with_new_type_rows,
+)
 from leap.training.measurements.estimators import Estimator, ModelFactory
 from leap.training.measurements.history import TableHistory
 from leap.training.measurements.pairs import folds
@@ -55,8 +61,10 @@ def make_fold(th: TableHistory, test_rows: np.ndarray, catalogue: Catalogue) -> 
     keys = set(th.job_key[test_rows].tolist())
     train = select_jobs(th.history, keys, keep=False)
     held_out = select_jobs(th.history, keys)
-    # A table has no time: training rows see the other training jobs' aggregates, as test rows do.
-    return Fold(build_cross_fitted_examples(train, catalogue), build_held_out_examples(train, held_out, catalogue))
+    # A table has no time: training rows see the other training jobs' aggregates, as test rows do;
+    # their new-type view sees the other model types' only.
+    examples = with_new_type_rows(build_cross_fitted_examples(train, catalogue), train, catalogue)
+    return Fold(examples, build_held_out_examples(train, held_out, catalogue))
 
 
 @dataclass
@@ -75,11 +83,13 @@ class _ModelRun:
     inside: list[np.ndarray] = field(default_factory=list)
 
 
-def fit_estimator(model: Estimator | ThroughputModel, rows: Rows, y: np.ndarray, groups: np.ndarray
-                  ) -> Estimator | ThroughputModel:
-    """``model.fit(rows, y, groups)``; ``model.fit(rows, y)`` for a model whose ``fit`` takes no groups.
+def fit_estimator(model: Estimator | ThroughputModel, rows: Rows, y: np.ndarray, groups: np.ndarray,
+                  new_type_rows: Rows | None = None) -> Estimator | ThroughputModel:
+    """``model.fit(rows, y, groups)``; ``model.fit(rows, y)`` for a model whose ``fit`` takes no groups;
+    ``new_type_rows`` (:attr:`leap.training.dataset.Examples.new_type_rows`) too, by name, to a model
+    whose ``fit`` takes them.
 
-    The :mod:`predictor.models` baselines take none; accepting them as they are lets any
+    The :mod:`predictor.models` baselines take no groups; accepting them as they are lets any
     :class:`~predictor.models.ThroughputModel` plug in without an adapter.
     """
     try:
@@ -87,6 +97,8 @@ def fit_estimator(model: Estimator | ThroughputModel, rows: Rows, y: np.ndarray,
     except (TypeError, ValueError):  # no introspectable signature: assume the full contract
         params = []
     takes_groups = not params or len(params) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params)
+    if new_type_rows is not None and any(p.name == "new_type_rows" for p in params):
+        return model.fit(rows, y, groups, new_type_rows=new_type_rows)  # type: ignore[call-arg]
     if takes_groups:
         return model.fit(rows, y, groups)  # type: ignore[call-arg]
     return model.fit(rows, y)  # type: ignore[call-arg]
@@ -95,7 +107,8 @@ def fit_estimator(model: Estimator | ThroughputModel, rows: Rows, y: np.ndarray,
 def _run_model(factory: ModelFactory, fold: Fold, full_rows: Rows, sizes: list[int], run: _ModelRun) -> None:
     """Fit one fresh model on the fold's training rows and predict its test and candidate rows."""
     t0 = time.perf_counter()
-    model = fit_estimator(factory(), fold.train.rows, fold.train.y, fold.train.job_key) if len(fold.train) else None
+    model = fit_estimator(factory(), fold.train.rows, fold.train.y, fold.train.job_key,
+                          fold.train.new_type_rows) if len(fold.train) else None
     run.fit_s += time.perf_counter() - t0
     if getattr(model, "fit_report_", None):
         run.reports.append(model.fit_report_)  # type: ignore[union-attr]
