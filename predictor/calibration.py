@@ -122,12 +122,13 @@ def band_by_evidence(residual: np.ndarray, level: np.ndarray
                      for k, name in enumerate(EVIDENCE)}
 
 
-def gate_by_evidence(served: np.ndarray, fallback: np.ndarray, y: np.ndarray, level: np.ndarray
-                     ) -> dict[str, bool]:
+def gate_by_evidence(served: np.ndarray, fallback: np.ndarray, y: np.ndarray, level: np.ndarray,
+                     clusters: np.ndarray | None = None) -> dict[str, bool]:
     """Per evidence level, whether the model's log estimate is served (True) or the fallback's.
 
     The model is kept only where it beats the fallback on held-out rows by more than
-    :data:`MARGIN` standard errors (:func:`leap.core.accuracy.clear_winner`); a level with fewer than
+    :data:`MARGIN` standard errors (:func:`leap.core.accuracy.clear_winner`, with the rows'
+    ``clusters``, e.g. their model types when whole types were held out); a level with fewer than
     :data:`MIN_ROWS` rows where both have an estimate keeps the fallback, which learns nothing.
     """
     out = {}
@@ -138,7 +139,7 @@ def gate_by_evidence(served: np.ndarray, fallback: np.ndarray, y: np.ndarray, le
             continue
         hit = np.column_stack([hits(np.exp(fallback[sel]), y[sel], TOLERANCE),
                                hits(np.exp(served[sel]), y[sel], TOLERANCE)])
-        out[name] = clear_winner(hit, 0, MARGIN) == 1
+        out[name] = clear_winner(hit, 0, MARGIN, None if clusters is None else clusters[sel]) == 1
     return out
 
 

@@ -389,7 +389,7 @@ class LightGBMThroughput(ThroughputModel):
         known = self._fold_outcome(rows, y, parts)
         types = np.asarray(rows["model_type"]).astype(str)
         n_types = len(np.unique(types))
-        new = None
+        new, new_clusters = None, None
         if n_types >= 2:
             by_type = self._fold_bases(rows, y, groups, job_folds(types, min(FOLDS, n_types), self.seed))
             # Each fold's own model types are new to its sibling, so its rows blend as a new type's,
@@ -400,17 +400,20 @@ class LightGBMThroughput(ThroughputModel):
             self.blend_k_new_type_ = self._choose_blend([m._with_base(view(held)) for m, held in by_type],
                                                         [y[held] for _, held in by_type])
             new = self._fold_outcome(rows, y, by_type, view)
+            # held-out rows of one type are not independent: the new-type gates judge by types
+            new_clusters = np.concatenate([types[held] for _, held in by_type]) if by_type else types[:0]
             if new is not None:
-                new = self._choose_pair_ratio(rows, y, by_type, new, view)
+                new = self._choose_pair_ratio(rows, y, by_type, new, view, new_clusters)
         self._fit_base(rows, y, groups)
         self._fit_main(rows, y)
         if known is not None:
             self.trust_by_evidence_, self.gate_, self.band_, self.band_by_evidence_, _ = self._calibration(*known)
         if new is not None:
-            self.trust_new_type_, self.gate_new_type_, _, self.band_new_type_, _ = self._calibration(*new)
+            self.trust_new_type_, self.gate_new_type_, _, self.band_new_type_, _ = self._calibration(
+                *new, clusters=new_clusters)
 
     def _choose_pair_ratio(self, rows: Rows, y: np.ndarray, by_type: list[tuple[LightGBMThroughput, np.ndarray]],
-                           new: _Outcome, view: Callable[[np.ndarray], Rows]) -> _Outcome:
+                           new: _Outcome, view: Callable[[np.ndarray], Rows], clusters: np.ndarray) -> _Outcome:
         """Per evidence level, whether held-out model types' rows are better served by a pair ratio
         model fitted on the other types than by the paired transfer (the gate's rule: by more than one
         standard error); fits it on all rows if so. Returns ``new`` with that fallback where chosen."""
@@ -420,7 +423,7 @@ class LightGBMThroughput(ThroughputModel):
         ratio = np.concatenate([np.log(PairRatioModel(seed=self.seed).fit(subset(rows, ~held), y[~held])
                                        .predict(view(held))) for _, held in by_type])
         anchor, correction, fold_y, level, fallback = new
-        self.ratio_new_type_ = gate_by_evidence(ratio, fallback, fold_y, level)
+        self.ratio_new_type_ = gate_by_evidence(ratio, fallback, fold_y, level, clusters)
         if not any(self.ratio_new_type_.values()):
             return new
         self.ratio_ = PairRatioModel(seed=self.seed).fit(rows, y)
@@ -535,17 +538,19 @@ class LightGBMThroughput(ThroughputModel):
 
     def _calibration(self, anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray,
                      fallback: np.ndarray, select_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+                     clusters: np.ndarray | None = None,
                      ) -> tuple[dict[str, float], dict[str, bool], tuple[float, float],
                                 dict[str, tuple[float, float]], np.ndarray]:
         """On held-out rows: trust per evidence level; then the gate, judged on what the selectors
         (``select_fn``) serve; then the band (overall, per level) of what the gate serves. Also
-        returns the prediction before any selector, which the selectors are fitted on."""
+        returns the prediction before any selector, which the selectors are fitted on. ``clusters``
+        label rows that are not independent (:func:`predictor.calibration.gate_by_evidence`)."""
         trust = {} if self.target != "residual" or not self.trust else trust_by_evidence(anchor, correction, y, level)
         if not self.correction:
             trust = dict.fromkeys(EVIDENCE, 0.0)
         pred = np.where(np.isfinite(anchor), self._from_target(correction * restore(trust)[level], anchor), np.nan)
         served = select_fn(pred) if select_fn is not None else pred
-        gate = gate_by_evidence(served, fallback, y, level) if self.gate else dict.fromkeys(EVIDENCE, True)
+        gate = gate_by_evidence(served, fallback, y, level, clusters) if self.gate else dict.fromkeys(EVIDENCE, True)
         served = gated(served, fallback, restore(gate, default=False)[level])
         overall, by_level = band_by_evidence(np.log(y) - served, level)
         return trust, gate, overall, by_level, pred

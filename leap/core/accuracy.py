@@ -363,13 +363,25 @@ def best_weight(base_log: ArrayLike, departure: ArrayLike, actual: ArrayLike, ma
     return TRUST_GRID[clear_winner(hit, reference=0, margin=margin)]
 
 
-def clear_winner(hit: npt.NDArray[np.bool_], reference: int, margin: float) -> int:
+def clear_winner(hit: npt.NDArray[np.bool_], reference: int, margin: float,
+                 clusters: npt.NDArray[Any] | None = None) -> int:
     """The column of a ``(rows x options)`` hit matrix with the most hits (the first on a tie),
-    unless it beats column ``reference`` by no more than ``margin`` x sqrt(rows where they
-    disagree): then ``reference``."""
+    unless it beats column ``reference`` by no more than ``margin`` standard errors of the
+    difference in hits: then ``reference``.
+
+    The squared standard error is the sum over ``clusters`` (a label per row) of the squared
+    difference in hits within each: rows of one cluster (one workload's configurations) are not
+    independent, and a win that one cluster carries is not a win. Without clusters each row is its
+    own, and that sum is the number of rows where the two disagree.
+    """
     n_hits = hit.sum(axis=0)
     best = int(np.flatnonzero(n_hits == n_hits.max())[0])
-    disagree = int(np.sum(hit[:, best] != hit[:, reference]))
-    if best != reference and n_hits[best] - n_hits[reference] <= margin * math.sqrt(disagree):
+    diff = hit[:, best].astype(np.int64) - hit[:, reference].astype(np.int64)
+    if clusters is None:
+        variance = float(np.sum(diff != 0))
+    else:
+        _, index = np.unique(np.asarray(clusters).astype(str), return_inverse=True)
+        variance = float(np.sum(np.bincount(index.ravel(), weights=diff) ** 2))
+    if best != reference and n_hits[best] - n_hits[reference] <= margin * math.sqrt(variance):
         return reference
     return best
