@@ -11,6 +11,7 @@ from leap.core.accuracy import (
     TRUST_GRID,
     acc_at,
     best_weight,
+    clear_winner,
     hits,
     is_hit,
     mape,
@@ -141,3 +142,21 @@ def test_best_weight_keeps_a_correction_only_as_far_as_it_helps() -> None:
     # Half 20% low, half 25% low (hit from w = 0.9): only 0.9 and up serve both.
     assert best_weight(np.log(np.r_[np.full(5, 80.0), np.full(5, 75.0)]), up, actual) == 0.9
     assert 0.8 in TRUST_GRID
+
+
+def test_clear_winner_needs_more_than_the_margin_of_standard_errors() -> None:
+    # option 1 hits on 9 rows where option 0 misses, 1 row the other way: 8 more hits, sqrt(10) ~ 3.2
+    hit = np.array([[False, True]] * 9 + [[True, False]] + [[True, True]] * 10)
+    assert clear_winner(hit, 0, 1.0) == 1
+    assert clear_winner(hit, 0, 3.0) == 0  # 8 <= 3 x 3.16: the reference stays
+    assert clear_winner(hit, 1, 1.0) == 1  # the reference itself has the most hits
+
+
+def test_clear_winner_counts_a_cluster_once() -> None:
+    """The same 8-hit lead, carried by one workload, is one lucky draw: its standard error is the
+    cluster's whole difference (8), not sqrt(10)."""
+    hit = np.array([[False, True]] * 9 + [[True, False]] + [[True, True]] * 10)
+    one_workload = np.array(["a"] * 10 + ["b"] * 10)
+    assert clear_winner(hit, 0, 1.0, one_workload) == 0
+    # spread over many workloads, each row its own cluster: the row-level rule
+    assert clear_winner(hit, 0, 1.0, np.arange(20)) == clear_winner(hit, 0, 1.0) == 1

@@ -11,7 +11,15 @@ import pytest
 
 from features.offline import OfflineFeatureState
 from leap.core.hardware import load_catalogue
-from leap.training.dataset import History, build_examples, build_held_out_examples, read_history, select_jobs
+from leap.training.dataset import (
+    History,
+    build_cross_fitted_examples,
+    build_examples,
+    build_held_out_examples,
+    read_history,
+    select_jobs,
+    with_new_type_rows,
+)
 from leap.training.measurements import (
     MeasurementError,
     TableHistory,
@@ -220,6 +228,27 @@ def test_other_held_out_jobs_never_move_a_held_out_row(gavel: TableHistory) -> N
     third = build_held_out_examples(train2, held, cat)
     assert not np.allclose(np.nan_to_num(base.rows["lookup_model_log"][a]),
                            np.nan_to_num(third.rows["lookup_model_log"][third.job_key == job]))
+
+
+def test_new_type_rows_carry_no_aggregate_their_own_type_fed(gavel: TableHistory) -> None:
+    cat = load_catalogue()
+    examples = build_cross_fitted_examples(gavel.history, cat)
+    view = with_new_type_rows(examples, gavel.history, cat)
+    rows, new = examples.rows, view.new_type_rows
+    assert new is not None and view.rows is rows
+    # the same attempts in the same order
+    for column in ("model_type", "hardware", "prior_same_n", "prior_other_n"):
+        np.testing.assert_array_equal(new[column], rows[column])
+    # where the job never ran on the candidate, only its own type could have a median or a paired
+    # ratio there: the new-type view has none, the cross-fitted rows (other jobs of the type) have
+    elsewhere = rows["prior_same_n"] <= 0
+    assert (new["lookup_model_n"][elsewhere] == 0).all() and (new["paired_model_n"][elsewhere] == 0).all()
+    assert (rows["lookup_model_n"][elsewhere] > 0).any()
+    # a subset of the examples gets its own rows of the same view, aligned by attempt
+    some = np.arange(len(examples)) % 7 == 0
+    part = with_new_type_rows(examples.select(some), gavel.history, cat).new_type_rows
+    assert part is not None
+    np.testing.assert_array_equal(part["lookup_model_log"], new["lookup_model_log"][some])
 
 
 def test_held_out_submissions_get_every_candidates_rows(gavel: TableHistory) -> None:
