@@ -73,12 +73,10 @@ from predictor.learned_roofline import LearnedRoofline, usable_rows
 from predictor.models import (
     ESTIMATE_OF_COLUMN,
     PAIRED_TRANSFER_CHAIN,
-    RATIO_MODEL,
     ThroughputModel,
     chain_estimates,
     first_finite,
 )
-from predictor.pair_ratio import PairRatioModel
 from predictor.selector import PREFIX, fit_selectors, select, select_explained
 
 __all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidence_level"]
@@ -104,8 +102,6 @@ FALLBACK_GROUPS: dict[str, tuple[str, ...]] = {
 #: Out-of-fold rows: anchor, correction, measured throughput, evidence level, fallback estimate.
 _Outcome = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 BLENDS = ("chosen", "base", "paired")
-#: The name the pair ratio model's trees are saved under (:meth:`LightGBMThroughput.model_texts`).
-RATIO_TEXT = "pair_ratio"
 
 
 class LightGBMThroughput(ThroughputModel):
@@ -142,10 +138,6 @@ class LightGBMThroughput(ThroughputModel):
     gate
         Serve the model's estimate only where held-out rows show it better than the model-free
         fallback (:func:`predictor.calibration.gate_by_evidence`); False serves it everywhere.
-    pair_ratio
-        Out of fold (below :data:`HOLDOUT_FROM` rows), let a :class:`predictor.pair_ratio.PairRatioModel`
-        replace the paired transfer as the fallback of a model type the training rows lacked, per
-        evidence level where held-out model types showed it clearly better.
     seed
         Makes training deterministic.
     """
@@ -169,7 +161,6 @@ class LightGBMThroughput(ThroughputModel):
         correction: bool = True,
         selectors: bool = True,
         gate: bool = True,
-        pair_ratio: bool = True,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -185,7 +176,6 @@ class LightGBMThroughput(ThroughputModel):
         # the stages' switches (docs/model.md): each has a remove-one variant in the drivers report
         self.job_effects, self.blend, self.trust = job_effects, blend, trust
         self.correction, self.selectors, self.gate = correction, selectors, gate
-        self.pair_ratio = pair_ratio
         self.seed = seed
         # Serving predicts a batch of a few hundred rows: one thread avoids OpenMP start-up and
         # contention with the rest of the worker; what a single thread costs is paid once per batch.
@@ -211,10 +201,6 @@ class LightGBMThroughput(ThroughputModel):
         self.blend_k_: float = float("inf")
         #: the blend for rows of a model type the training data lacked (its pairs are other types')
         self.blend_k_new_type_: float = float("inf")
-        #: per evidence level, whether a model type the training rows lacked falls back to the pair
-        #: ratio model (``ratio_``) rather than the paired transfer
-        self.ratio_new_type_: dict[str, bool] = {}
-        self.ratio_: PairRatioModel | None = None
         self.model_types_: set[str] = set()
         self.size_: dict[str, float] = {}
         self.categories_: dict[str, float] = dict(CATEGORY_SETTINGS)
@@ -227,7 +213,7 @@ class LightGBMThroughput(ThroughputModel):
             "num_threads": self.num_threads, "base_linear": self.base_linear,
             "learned_roofline": self.learned_roofline, "job_effects": self.job_effects, "blend": self.blend,
             "trust": self.trust, "correction": self.correction, "selectors": self.selectors, "gate": self.gate,
-            "pair_ratio": self.pair_ratio, "seed": self.seed,
+            "seed": self.seed,
         }
 
     # ------------------------------------------------------------------ data
@@ -356,7 +342,6 @@ class LightGBMThroughput(ThroughputModel):
         self.trust_by_evidence_, self.gate_, self.band_, self.band_by_evidence_, served = calibration
         widest = max(self.band_by_evidence_.values(), key=lambda b: b[1] - b[0])
         self.trust_new_type_, self.gate_new_type_, self.band_new_type_ = {}, {}, dict.fromkeys(EVIDENCE, widest)
-        self.ratio_new_type_, self.ratio_ = {}, None
         if self.selectors:
             self.selectors_ = fit_selectors(based, served, held_y, level, self.num_threads, self.seed)
 
@@ -402,8 +387,6 @@ class LightGBMThroughput(ThroughputModel):
             new = self._fold_outcome(rows, y, by_type, view)
             # held-out rows of one type are not independent: the new-type gates judge by types
             new_clusters = np.concatenate([types[held] for _, held in by_type]) if by_type else types[:0]
-            if new is not None:
-                new = self._choose_pair_ratio(rows, y, by_type, new, view, new_clusters)
         self._fit_base(rows, y, groups)
         self._fit_main(rows, y)
         if known is not None:
@@ -411,24 +394,6 @@ class LightGBMThroughput(ThroughputModel):
         if new is not None:
             self.trust_new_type_, self.gate_new_type_, _, self.band_new_type_, _ = self._calibration(
                 *new, clusters=new_clusters)
-
-    def _choose_pair_ratio(self, rows: Rows, y: np.ndarray, by_type: list[tuple[LightGBMThroughput, np.ndarray]],
-                           new: _Outcome, view: Callable[[np.ndarray], Rows], clusters: np.ndarray) -> _Outcome:
-        """Per evidence level, whether held-out model types' rows are better served by a pair ratio
-        model fitted on the other types than by the paired transfer (the gate's rule: by more than one
-        standard error); fits it on all rows if so. Returns ``new`` with that fallback where chosen."""
-        self.ratio_new_type_, self.ratio_ = {}, None
-        if not self.pair_ratio or not self._fallback_chain():
-            return new
-        ratio = np.concatenate([np.log(PairRatioModel(seed=self.seed).fit(subset(rows, ~held), y[~held])
-                                       .predict(view(held))) for _, held in by_type])
-        anchor, correction, fold_y, level, fallback = new
-        self.ratio_new_type_ = gate_by_evidence(ratio, fallback, fold_y, level, clusters)
-        if not any(self.ratio_new_type_.values()):
-            return new
-        self.ratio_ = PairRatioModel(seed=self.seed).fit(rows, y)
-        use = restore(self.ratio_new_type_, default=False)[level].astype(bool) & np.isfinite(ratio)
-        return anchor, correction, fold_y, level, np.where(use, ratio, fallback)
 
     def _fold_bases(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None, folds: np.ndarray
                     ) -> list[tuple[LightGBMThroughput, np.ndarray]]:
@@ -604,9 +569,6 @@ class LightGBMThroughput(ThroughputModel):
         if not self._fallback_chain():
             return out, estimate
         fallback, fallback_estimate = chain_estimates(based, self._fallback_chain())
-        by_ratio, ratio = self._by_ratio(based, level)
-        fallback = np.where(by_ratio, ratio, fallback)
-        fallback_estimate = np.where(by_ratio, RATIO_MODEL, fallback_estimate)
         # gated()'s rule, for the labels: the fallback's estimate where it is served
         return gated(out, fallback, keep), np.where(keep | np.isnan(fallback), estimate, fallback_estimate)
 
@@ -616,25 +578,9 @@ class LightGBMThroughput(ThroughputModel):
         return tuple(c for c in PAIRED_TRANSFER_CHAIN if set(FALLBACK_GROUPS[c]) <= set(self.feature_groups))
 
     def _fallback(self, rows: Rows) -> np.ndarray:
-        """The gate's fallback estimate (:data:`predictor.models.PAIRED_TRANSFER_CHAIN`, or the pair
-        ratio model's where :meth:`_by_ratio` says so), NaN where none."""
+        """The gate's fallback estimate (:data:`predictor.models.PAIRED_TRANSFER_CHAIN`), NaN where none."""
         chain = self._fallback_chain()
-        if not chain:
-            return np.full(len(rows["hardware"]), np.nan)
-        by_ratio, ratio = self._by_ratio(rows, evidence_level(rows))
-        return np.where(by_ratio, ratio, first_finite(*(rows[c] for c in chain)))
-
-    def _by_ratio(self, rows: Rows, level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rows whose fallback is the pair ratio model's (a model type the training rows lacked, at a
-        level where it was chosen, with an estimate), and its log estimate there (NaN elsewhere)."""
-        n = len(rows["hardware"])
-        if self.ratio_ is None or not any(self.ratio_new_type_.values()):
-            return np.zeros(n, dtype=bool), np.full(n, np.nan)
-        mask = self._is_new_type(rows) & restore(self.ratio_new_type_, default=False)[level].astype(bool)
-        ratio = np.full(n, np.nan)
-        if mask.any():
-            ratio[mask] = np.log(self.ratio_.predict(subset(rows, mask)))
-        return mask & np.isfinite(ratio), ratio
+        return first_finite(*(rows[c] for c in chain)) if chain else np.full(len(rows["hardware"]), np.nan)
 
     def _estimates(self, based: Rows, out: np.ndarray, corrected: np.ndarray) -> np.ndarray:
         """Before any selector: ``model`` where the correction was applied (trust may be 0), else
@@ -686,18 +632,13 @@ class LightGBMThroughput(ThroughputModel):
             "blend_k_new_type": self.blend_k_new_type_ if np.isfinite(self.blend_k_new_type_) else None,
             "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
             "roofline": self.roofline_.state() if self.roofline_ is not None else None,
-            "ratio_new_type": dict(self.ratio_new_type_),
-            "pair_ratio": self.ratio_.state() if self.ratio_ is not None else None,
         }
 
     def model_texts(self) -> dict[str, str]:
         """LightGBM text models by name (``main``; ``base`` and the selectors when there are some)."""
         if self.booster_ is None:
             raise RuntimeError("model is not fitted")
-        texts = {name: str(b.model_to_string()) for name, b in self._boosters().items() if b is not None}
-        if self.ratio_ is not None and self.ratio_.booster_ is not None:
-            texts[RATIO_TEXT] = str(self.ratio_.booster_.model_to_string())
-        return texts
+        return {name: str(b.model_to_string()) for name, b in self._boosters().items() if b is not None}
 
     @classmethod
     def from_artifact(cls, state: dict[str, Any], texts: dict[str, str]) -> LightGBMThroughput:
@@ -724,10 +665,7 @@ class LightGBMThroughput(ThroughputModel):
         self.categories_ = dict(state.get("categories", CATEGORY_SETTINGS))
         self.base_features_ = list(state.get("base_features", []))
         self.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}
-        self.ratio_new_type_ = {k: bool(v) for k, v in state.get("ratio_new_type", {}).items()}
-        ratio = state.get("pair_ratio")
-        self.ratio_ = PairRatioModel.from_state(ratio, texts.get(RATIO_TEXT)) if ratio else None
-        boosters = {name: lgb.Booster(model_str=text) for name, text in texts.items() if name != RATIO_TEXT}
+        boosters = {name: lgb.Booster(model_str=text) for name, text in texts.items()}
         self.booster_, self.base_ = boosters["main"], boosters.get("base")
         self.selectors_ = {name: b for name, b in boosters.items() if name.startswith(PREFIX)}
         roofline = state.get("roofline")

@@ -27,8 +27,6 @@ ESTIMATES: dict[str, str] = {
     "prior_carried": "the job's prior elsewhere carried across by a ratio (of lookup medians, of the base "
                      "model, or blended with the paired ratio)",
     "paired_ratio": "the job's priors carried across by the ratio other jobs showed between the two parts",
-    "ratio_model": "the job's prior elsewhere carried across by the ratio between the two parts that a model "
-                   "learned from configurations and specs (for a model type never seen)",
     "prior_unchanged": "the job's prior elsewhere, as it was measured",
     "base_model": "the base model's estimate for the configuration on this hardware (no history of the job)",
     "lookup": "the median of the model type (else family) on this hardware",
@@ -37,8 +35,6 @@ ESTIMATES: dict[str, str] = {
     "peak_bound": "the part's peak FLOP/s over the configuration's FLOPs per sample, which the estimate exceeded",
     "none": "no estimate",
 }
-#: The estimate of a model type never seen carried by :class:`predictor.pair_ratio.PairRatioModel`.
-RATIO_MODEL = "ratio_model"
 #: The estimate each model-row column is (or, for the LightGBM model's derived columns, carries).
 ESTIMATE_OF_COLUMN: dict[str, str] = {
     "prior_same_log": "measured_here",

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from leap.core.accuracy import summary
 from leap.core.hardware import load_catalogue
 from leap.training import measurements as m
+from leap.training.alternatives.pairwise import PairwiseLightGBM
 from leap.training.dataset import read_history
 from leap.training.train import fit_model
 from predictor.lgbm import evidence_level
@@ -133,6 +134,14 @@ def test_every_registered_model_takes_the_run_seed_as_its_seed() -> None:
         if "seed" in params:
             assert params["seed"] == 7, name
             assert [k for k, v in params.items() if v == 7 and k != "seed"] == [], name
+
+
+def test_pairwise_model_needs_a_prior_elsewhere(small: Path) -> None:
+    t, th = m.load_history(small)
+    fold = m.make_fold(th, next(iter(m.folds(t, "config_fold", 0))), load_catalogue())
+    pred = PairwiseLightGBM().fit(fold.train.rows, fold.train.y, fold.train.job_key).predict(fold.test.rows)
+    cold = fold.test.rows["prior_other_n"] == 0
+    assert np.isnan(pred[cold]).all() and np.isfinite(pred[~cold]).all()
 
 
 def test_cli_json_shape_and_determinism(small: Path, tmp_path: Path) -> None:

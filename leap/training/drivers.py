@@ -86,8 +86,6 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("anchor_only", "no main model: the anchor is served", "stage",
             (("correction", False), ("selectors", False))),
     Variant("no_gate", "no gate (the model is served where it was not shown better)", "stage", (("gate", False),)),
-    Variant("no_pair_ratio", "no pair ratio model for model types never seen (the paired transfer)", "stage",
-            (("pair_ratio", False),)),
     # The stages whose remove-one rows sit within the fit seed's noise, removed together.
     Variant("lean", "no learned roofline, no trust weights, constant-leaf base", "stage",
             (("learned_roofline", False), ("trust", False), ("base_linear", False))),
