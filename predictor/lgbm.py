@@ -302,7 +302,7 @@ class LightGBMThroughput(ThroughputModel):
             and out-of-fold calibration keeps a job's rows together.
         new_type_rows
             The same rows as a model type never seen has them (built without the aggregates their
-            own type fed; :func:`leap.training.dataset.with_new_type_rows`). Out of fold, rows of
+            own type fed; :func:`leap.training.measurements.runner.with_new_type_rows`). Out of fold, rows of
             held-out model types are taken from them; without them, from
             :func:`predictor.calibration.as_new_type`.
         """

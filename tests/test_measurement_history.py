@@ -18,7 +18,6 @@ from leap.training.dataset import (
     build_held_out_examples,
     read_history,
     select_jobs,
-    with_new_type_rows,
 )
 from leap.training.measurements import (
     MeasurementError,
@@ -29,6 +28,7 @@ from leap.training.measurements import (
     write_history,
 )
 from leap.training.measurements.history import GAP_S, QUEUE_S, RUN_S, SPAN_DAYS, START
+from leap.training.measurements.runner import with_new_type_rows
 from streams.events import JobFinish, Submission
 
 ROOT = Path(__file__).resolve().parent.parent

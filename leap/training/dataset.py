@@ -10,7 +10,6 @@ outcome that happened after its submission.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -105,8 +104,8 @@ class Examples:
     ``rows`` are built for the hardware the attempt ran on; ``y`` is its measured
     per-accelerator throughput. ``full`` holds, for a sample of attempts, the rows of every
     candidate (for top-1 and regret), keyed by example index. ``new_type_rows``, where a builder
-    can make them (:func:`with_new_type_rows`), are the same examples' rows as a model type never
-    seen has them: built against the aggregates of the other model types only.
+    can make them (:func:`leap.training.measurements.runner.with_new_type_rows`), are the same
+    examples' rows as a model type never seen has them: built against the other types' aggregates.
     """
 
     rows: Rows
@@ -478,34 +477,6 @@ def _replay_held_out_job(job: tuple[list[JobFinish], list[JobStart], list[Submis
             n = out.add(sub, done, snap)
             if full and len(sub.candidates) > 1:
                 out.full[n] = (sub, build_rows(sub, snap, sub.candidates, catalogue))
-
-
-def with_new_type_rows(examples: Examples, history: History, catalogue: Catalogue) -> Examples:
-    """``examples`` (of ``history``'s jobs) with their :attr:`Examples.new_type_rows`.
-
-    For a history without time (a measurement table): the jobs of each model type are built as
-    held-out ones (:func:`build_held_out_examples`) against the history of every other type, so
-    their rows carry no median, paired ratio or other aggregate their own type fed, as a type's
-    first jobs see at serving. The served model calibrates what it serves to new model types on
-    them (:class:`predictor.lgbm.LightGBMThroughput`); without them it approximates that view from
-    the rows (:func:`predictor.calibration.as_new_type`). A history of one type is returned as it is.
-    """
-    subs = history.submissions
-    job_type = dict(zip(subs.column("job_key").to_pylist(), subs.column("model_type").to_pylist(), strict=True))
-    by_type: dict[str, list[str]] = {}
-    for job, model_type in job_type.items():
-        by_type.setdefault(str(model_type), []).append(str(job))
-    if len(by_type) < 2 or not len(examples):
-        return examples
-    parts = [build_held_out_examples(select_jobs(history, jobs, keep=False), select_jobs(history, jobs), catalogue,
-                                     full=False) for jobs in by_type.values()]
-    view = Examples.concat([p for p in parts if len(p)])
-    position = {a: i for i, a in enumerate(view.attempt_id.tolist())}
-    missing = [a for a in examples.attempt_id.tolist() if a not in position]
-    if missing:
-        raise ValueError(f"{len(missing)} examples have no new-type row (first: {missing[0]}): not of this history")
-    order = np.array([position[a] for a in examples.attempt_id.tolist()], dtype=np.int64)
-    return dataclasses.replace(examples, new_type_rows={c: v[order] for c, v in view.rows.items()})
 
 
 def build_cross_fitted_examples(history: History, catalogue: Catalogue, folds: int = 5, seed: int = 0) -> Examples:

@@ -19,6 +19,7 @@ submissions with at least two candidates priced in the catalogue, by throughput 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from collections.abc import Mapping
@@ -32,10 +33,10 @@ from leap.core.accuracy import regret, summary, top1
 from leap.core.hardware import Catalogue
 from leap.training.dataset import (
     Examples,
+    History,
     build_cross_fitted_examples,
     build_held_out_examples,
     select_jobs,
-    with_new_type_rows,
 )
 from leap.training.measurements.estimators import Estimator, ModelFactory
 from leap.training.measurements.history import TableHistory
@@ -54,6 +55,34 @@ class Fold:
 
     train: Examples
     test: Examples
+
+
+def with_new_type_rows(examples: Examples, history: History, catalogue: Catalogue) -> Examples:
+    """``examples`` (of ``history``'s jobs) with their :attr:`Examples.new_type_rows`.
+
+    For a history without time (a measurement table): the jobs of each model type are built as
+    held-out ones (:func:`build_held_out_examples`) against the history of every other type, so
+    their rows carry no median, paired ratio or other aggregate their own type fed, as a type's
+    first jobs see at serving. The served model calibrates what it serves to new model types on
+    them (:class:`predictor.lgbm.LightGBMThroughput`); without them it approximates that view from
+    the rows (:func:`predictor.calibration.as_new_type`). A history of one type is returned as it is.
+    """
+    subs = history.submissions
+    job_type = dict(zip(subs.column("job_key").to_pylist(), subs.column("model_type").to_pylist(), strict=True))
+    by_type: dict[str, list[str]] = {}
+    for job, model_type in job_type.items():
+        by_type.setdefault(str(model_type), []).append(str(job))
+    if len(by_type) < 2 or not len(examples):
+        return examples
+    parts = [build_held_out_examples(select_jobs(history, jobs, keep=False), select_jobs(history, jobs), catalogue,
+                                     full=False) for jobs in by_type.values()]
+    view = Examples.concat([p for p in parts if len(p)])
+    position = {a: i for i, a in enumerate(view.attempt_id.tolist())}
+    missing = [a for a in examples.attempt_id.tolist() if a not in position]
+    if missing:
+        raise ValueError(f"{len(missing)} examples have no new-type row (first: {missing[0]}): not of this history")
+    order = np.array([position[a] for a in examples.attempt_id.tolist()], dtype=np.int64)
+    return dataclasses.replace(examples, new_type_rows={c: v[order] for c, v in view.rows.items()})
 
 
 def make_fold(th: TableHistory, test_rows: np.ndarray, catalogue: Catalogue) -> Fold:
