@@ -18,6 +18,7 @@ from leap.fleet.routing import ROUTINGS, Outcome, Record, route, scenario
 CAT = load_catalogue()
 CAPACITY = load_capacity(CAT)
 LIST = schedule_prices("list", CAT)
+START = 1.75e9 - 1.75e9 % 86_400  # a fixed midnight: the fleet's daily rhythm would follow the wall clock
 
 
 def records(seed: int = 4, warm: int = 1500, live: int = 1500) -> list[Record]:
@@ -25,7 +26,8 @@ def records(seed: int = 4, warm: int = 1500, live: int = 1500) -> list[Record]:
     that knows half the parts."""
     rng = np.random.default_rng(seed)
     fleet = Fleet(seed=seed, attempts_per_day=5000, catalogue=CAT)
-    out = [Record(a, frac=float(Draws.sample(rng, 1).frac[0]), warm=True) for a in fleet.sample_attempts(warm)]
+    warmed = fleet.sample_attempts(warm, start_time=START)
+    out = [Record(a, frac=float(Draws.sample(rng, 1).frac[0]), warm=True) for a in warmed]
     for a in fleet.sample_attempts(live):
         n = a.submission.num_accelerators
         r = Record(a, frac=float(Draws.sample(rng, 1).frac[0]),
