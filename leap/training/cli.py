@@ -228,8 +228,13 @@ def drivers_cmd(
              "protocols, with the rotation (choose on two tables, check on the third).",
     )] = None,
     seeds: Annotated[str, typer.Option(help="Fold seeds of the tables (comma-separated).")] = "0,2",
+    drop_fields: Annotated[str | None, typer.Option(
+        help="With --history: the backtest of the same days with each of these optional fields (params, "
+             "framework, layout; comma-separated) left out of every submission, beside the complete run.",
+    )] = None,
 ) -> None:
-    """What moves accuracy: feature groups, window, cadence, model size, target transform, the model's stages."""
+    """What moves accuracy: feature groups, window, cadence, model size, target transform, the model's stages,
+    and (--drop-fields) the submission fields a scheduler may leave out."""
     from leap.training.drivers import VARIANTS, drivers, plot_drivers
 
     chosen = [k.strip() for k in variants.split(",") if k.strip()] if variants is not None else None
@@ -238,11 +243,16 @@ def drivers_cmd(
         raise _fail(f"unknown variants {unknown}; known: {', '.join(v.key for v in VARIANTS)}")
     if history is None and tables is None:
         raise _fail("give --history, --tables or both")
+    fields = _fields(drop_fields)
+    if fields and history is None:
+        raise _fail("--drop-fields needs --history")
     result: dict[str, Any] = {}
     if history is not None:
         _check_history(history)
         try:
             result = drivers(history, days=days, progress=console, variants=chosen, jobs=jobs)
+            if fields:
+                result["missing_fields"] = _missing_fields(history, days, fields)
         except ValueError as exc:
             raise _fail(str(exc)) from None
     if tables is not None:
@@ -257,6 +267,39 @@ def drivers_cmd(
         for row in result["variants"]:
             table.add_row(row["name"], f"{row['acc@10']:.3f}", f"{row['delta']:+.3f}", f"{row['delta_sd']:.3f}")
         console.print(table)
+
+
+def _fields(drop_fields: str | None) -> list[str]:
+    """``--drop-fields``, checked before anything is read."""
+    from features.completion import OPTIONAL_FIELDS
+
+    if drop_fields is None:
+        return []
+    fields = [f.strip() for f in drop_fields.split(",") if f.strip()]
+    unknown = [f for f in fields if f not in OPTIONAL_FIELDS]
+    if unknown or not fields:
+        raise _fail(f"--drop-fields: unknown {', '.join(map(repr, unknown)) or 'nothing given'}; "
+                    f"choose from {', '.join(OPTIONAL_FIELDS)}")
+    return fields
+
+
+def _missing_fields(history: Path, days: int, fields: list[str]) -> list[dict[str, Any]]:
+    """``leap drivers --drop-fields``: the robustness table, printed and returned for the JSON."""
+    from leap.core.hardware import load_catalogue
+    from leap.training.partial import missing_fields
+
+    rows = missing_fields(history, days, fields, load_catalogue(), progress=console)
+    table = Table(title=f"submissions with a field left out: mean of {days} nightly retrains")
+    for col in ("submissions", "acc@10", "top-1", "transfer", "transfer_paired", "band per day",
+                "days below transfer"):
+        table.add_column(col)
+    for row in rows:
+        low, high = row["band_coverage_range"]
+        table.add_row("complete" if row["dropped"] is None else f"without {row['dropped']}",
+                      f"{row['acc@10']:.3f}", f"{row['top1']:.3f}", f"{row['transfer']:.3f}",
+                      f"{row['transfer_paired']:.3f}", f"{low:.1%}-{high:.1%}", str(row["below_transfer_days"]))
+    console.print(table)
+    return rows
 
 
 def _table_drivers(tables: str, seeds: str, chosen: list[str] | None) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Backtest rows of a scheduler that leaves an optional field out (``leap backtest --drop-field``).
+"""Backtest rows of a scheduler that leaves an optional field out (``leap backtest --drop-field``,
+``leap drivers --drop-fields``).
 
 The contract lets a submission leave out ``params``, ``framework`` and the parallel layout; the
 simulated histories never do. These rows are those of :func:`leap.training.backtest.backtest` with one
@@ -12,6 +13,7 @@ With ``everywhere`` it is left out of the whole history, and only the fallbacks 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,44 @@ def examples_without(history_dir: Path, days: int, field: str, catalogue: Catalo
     first_test = checked_first_test_day(history, days)
     sent = without_field(history, field, None if everywhere else first_test)
     return history, build_examples_with_progress(sent, catalogue, progress, full_from=first_test)
+
+
+def missing_fields(history_dir: Path, days: int, fields: Sequence[str], catalogue: Catalogue,
+                   window_days: int = 30, params: dict[str, Any] | None = None,
+                   progress: Any = None) -> list[dict[str, Any]]:
+    """The drivers report's robustness table: the backtest with each of ``fields`` left out of every
+    submission from the first test day on, beside the same days complete.
+
+    Returns
+    -------
+    list of dict
+        One row per run, the complete one first: ``{"dropped": field or None, "acc@10", "top1",
+        "transfer", "transfer_paired", "band_coverage_range", "below_transfer_days"}``, the
+        accuracies the means over the days; ``below_transfer_days`` counts the days the served
+        model fell below the lookup-transfer baseline on those rows.
+
+    Raises
+    ------
+    ValueError
+        An unknown field, or a history too short for ``days``.
+    """
+    from leap.training.backtest import backtest
+
+    unknown = [f for f in fields if f not in OPTIONAL_FIELDS]
+    if unknown:
+        raise ValueError(f"cannot drop {', '.join(map(repr, unknown))}: choose from {', '.join(OPTIONAL_FIELDS)}")
+    rows = []
+    for field in (None, *fields):
+        examples = None if field is None else examples_without(history_dir, days, field, catalogue, progress)
+        result = backtest(history_dir, days=days, window_days=window_days, params=params, catalogue=catalogue,
+                          progress=progress, examples=examples)
+        mean = result["mean"]
+        rows.append({"dropped": field, "acc@10": mean["lightgbm"]["acc@10"], "top1": mean["lightgbm"]["top1"],
+                     "transfer": mean["transfer"]["acc@10"], "transfer_paired": mean["transfer_paired"]["acc@10"],
+                     "band_coverage_range": result["band_coverage_range"],
+                     "below_transfer_days": sum(d["lightgbm"]["acc@10"] < d["transfer"]["acc@10"]
+                                                for d in result["per_day"])})
+    return rows
 
 
 def without_field(history: History, field: str, since: float | None) -> History:
