@@ -42,6 +42,10 @@ def test_features(rds: redis.Redis) -> None:
     med = out["median"]
     for key in ("write_finishes_events_per_s", "read_entities_per_s", "read_batch_p50_ms", "read_batch_p99_ms"):
         assert med[key] > 0, key
+    # Redis bytes per tracked job: the job's own keys and a share of the aggregates
+    assert med["redis_bytes_per_job"] == pytest.approx(med["redis_job_keys_bytes_per_job"]
+                                                       + med["redis_shared_bytes_per_job"], rel=1e-3)
+    assert med["redis_job_keys_bytes_per_job"] > 0 and 0 < med["redis_tracked_jobs"] <= 300
     no_scratch_keys_left(rds, out)
 
 

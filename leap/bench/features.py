@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from features.layout import text
 from features.redis_batch import Batch, _Command
 from features.store import FeatureStore, open_store
 from leap.bench.common import Figures, freeze_heap, percentiles_ms, report, say, scratch_prefix, unfreeze_heap
@@ -83,6 +84,22 @@ def _packed_read(store: FeatureStore, subs: Sequence[Submission]) -> list[list[b
     return [v.split(b",") for v in batch.execute()[0]]
 
 
+def redis_bytes(store: FeatureStore) -> dict[str, float]:
+    """Bytes Redis holds under the store's prefix (``MEMORY USAGE``, every sample), per tracked job:
+    the job's own keys (hash, window, seen-set, pairs) and the shared aggregates (lookups,
+    configurations, pair windows) spread over the same jobs."""
+    keys = [text(k) for k in store.client.scan_iter(match=store.layout.pattern(), count=1000)]
+    pipe = store.client.pipeline(transaction=False)
+    for key in keys:
+        pipe.memory_usage(key, samples=0)
+    sizes = [int(n or 0) for n in pipe.execute()] if keys else []
+    own = [(k, n) for k, n in zip(keys, sizes, strict=True) if ":job:{" in k]
+    jobs = len({k.split(":job:{", 1)[1].split("}", 1)[0] for k, _ in own}) or 1
+    job_bytes = sum(n for _, n in own)
+    return {"redis_bytes_per_job": sum(sizes) / jobs, "redis_job_keys_bytes_per_job": job_bytes / jobs,
+            "redis_shared_bytes_per_job": (sum(sizes) - job_bytes) / jobs, "redis_tracked_jobs": float(jobs)}
+
+
 def run_once(settings: Settings, w: Workload, read_rounds: int, prefix: str) -> Figures:
     """One run in a fresh scratch prefix (deleted before returning)."""
     store = open_store(settings, load_catalogue(), prefix=prefix)
@@ -99,6 +116,7 @@ def run_once(settings: Settings, w: Workload, read_rounds: int, prefix: str) -> 
         raw: list[float] = []
         packed: list[float] = []
         known = sum(1 for s in store.read(w.submissions) if s.prior) / max(1, len(w.submissions))
+        memory = redis_bytes(store)
         _write_packed(store, w.submissions)
         for _ in range(read_rounds):
             # Alternate the read paths batch by batch, so all see the same machine load.
@@ -124,6 +142,7 @@ def run_once(settings: Settings, w: Workload, read_rounds: int, prefix: str) -> 
             "read_over_packed_mget": sum(packed) / sum(parsed),
             "read_parse_share": (sum(parsed) - sum(raw)) / sum(parsed),
             "read_known_job_share": known,
+            **memory,
             **percentiles_ms(parsed, "read_batch"),
             **percentiles_ms(raw, "read_raw_batch"),
         }
