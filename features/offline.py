@@ -139,12 +139,19 @@ class _Job:
 class OfflineFeatureState:
     """Feature state held in memory; :meth:`snapshot` equals what the online store would read."""
 
-    def __init__(self, canonicalize: Callable[[str], str] | None = None, unique_ids: bool = False) -> None:
+    def __init__(self, canonicalize: Callable[[str], str] | None = None, unique_ids: bool = False,
+                 unseen_types: frozenset[str] = frozenset()) -> None:
         """``unique_ids``: the caller guarantees no start or finish id repeats (a de-duplicated archive
         whose starts and finishes share no id), so no per-job set of applied ids is kept: the
-        scripts' de-duplication would never fire, and the sets were ~0.3 GB of a 60-day replay."""
+        scripts' de-duplication would never fire, and the sets were ~0.3 GB of a 60-day replay.
+
+        ``unseen_types``: model types whose events feed only their own jobs' state, no shared
+        aggregate (lookups, paired ratios, configurations), so that their rows read what the fleet
+        would hold had it never run them: how the served model sees a new model type at training
+        time (:func:`leap.training.new_types.with_unseen_type_rows`). Empty for the twin proper."""
         self._hw = canonicalize or (lambda name: name)
         self._unique_ids = unique_ids
+        self._unseen = unseen_types
         self.jobs: dict[str, _Job] = defaultdict(_Job)
         self.models: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.families: dict[str, dict[str, _Window]] = defaultdict(dict)
@@ -172,10 +179,14 @@ class OfflineFeatureState:
             return True
         hw = self._hw(ev.hardware)
         entry = (ev.event_time, eid, per_accelerator(ev.throughput, ev.num_accelerators))
-        self._add_pairs(ev, eid, hw, job, entry[2])
+        unseen = ev.model_type in self._unseen
+        if not unseen:
+            self._add_pairs(ev, eid, hw, job, entry[2])
         win = job.windows.setdefault(hw, _Window(JOB_WINDOW))
         win.insert(entry, self._unique_ids)
         win.n += 1
+        if unseen:
+            return True
         for kind, table, name in ((0, self.models, ev.model_type), (1, self.families, ev.family)):
             if name is None:  # a finish of unknown family feeds no family aggregate
                 continue
@@ -206,7 +217,7 @@ class OfflineFeatureState:
         aggregate (:meth:`_config`): the same inserts in the same order, only later, so a replay of
         complete submissions (all of training) never pays for windows nothing reads.
         """
-        observed = config_observations(sub)
+        observed = config_observations(sub) if sub.model_type not in self._unseen else None
         if not observed:
             return
         entry = (sub.event_time, packable_id(sub.event_id), observed)

@@ -1,9 +1,8 @@
 """Backtest: N nightly retrains over the end of a history.
 
-For each of the last ``days`` days: train on attempts that finished before that day (within
-the training window), then score the day's finished attempts with features as of their
-submission. Rows are built once for the whole history (they are point-in-time by
-construction); only the models change from night to night.
+For each of the last ``days`` days: train on attempts that finished before that day (within the
+training window), then score the day's finished attempts with features as of their submission.
+Rows are built once (point-in-time by construction); only the models change from night to night.
 
 Models scored side by side: ``lightgbm`` (the served model), the baselines ``transfer_paired``
 (the job's prior times the ratio earlier jobs showed between the two types near its
@@ -23,8 +22,7 @@ history has the simulator's oracle table, two references that no model can beat:
   predictor can know at submission time (``knows_every_effect``, ``knows_every_cap`` keep the
   earlier rules; histories without ``architecture_effect`` know every effect).
 
-Top-1 and regret use a sample of attempts with every candidate's rows.
-"""
+Top-1 and regret use a sample of attempts with every candidate's rows."""
 
 from __future__ import annotations
 
@@ -40,6 +38,7 @@ import pyarrow.compute as pc
 from features.rows import Rows
 from leap.core.accuracy import regret, summary, top1
 from leap.core.hardware import Catalogue, load_catalogue
+from leap.training import new_types
 from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
 from leap.training.days import checked_first_test_day, day_text, first_test_day, submitted_on, training_rows
 from leap.training.train import baseline_models, fit_served
@@ -319,6 +318,7 @@ def backtest(
     """
     catalogue = catalogue or load_catalogue()
     history, ex, first_test = _history_examples(history_dir, days, catalogue, progress, examples)
+    ex = new_types.for_nightly_fits(ex, history, catalogue, [first_test + d * DAY for d in range(days)], window_days)
     oracle = OracleTables.read(history, catalogue)
     per_day: list[dict[str, Any]] = []
     # LightGBM's errors on every scored attempt, for the by-hardware and by-family breakdowns.

@@ -194,10 +194,6 @@ def _candidate_counts(subs: pa.Table) -> np.ndarray:
     return np.asarray(pc.fill_null(lengths, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _events(table: pa.Table, cls: type) -> list[Any]:
-    return events(table, cls)
-
-
 def build_examples(
     history: History,
     catalogue: Catalogue,
@@ -206,6 +202,7 @@ def build_examples(
     seed: int = 0,
     rows_from: float | None = None,
     until: float | None = None,
+    unseen_types: frozenset[str] = frozenset(),
 ) -> Examples:
     """Replay the history in event-time order and build point-in-time training examples.
 
@@ -226,6 +223,9 @@ def build_examples(
         Build rows only for submissions from this time on (earlier events still shape state).
     until
         Ignore every event at or after this time (what was not known yet).
+    unseen_types
+        If given, rows only for these model types, built as if the fleet had never run them (their
+        events feed no shared aggregate: :class:`features.offline.OfflineFeatureState`).
 
     Returns
     -------
@@ -237,8 +237,11 @@ def build_examples(
     outcomes = _Outcomes(history.finishes)
     sub_time = subs.column("event_time").to_numpy()
     keep = (finish_of >= 0) & (sub_time >= rows_from if rows_from is not None else True)
+    if unseen_types:
+        keep &= np.isin(subs.column("model_type").to_numpy(zero_copy_only=False).astype(str), list(unseen_types))
     sample = _CandidateSample(sub_time, _candidate_counts(subs), finish_of >= 0, full_from, full_per_day, seed)
-    state = OfflineFeatureState(catalogue.canonical, unique_ids=ids_unique(history.starts, history.finishes))
+    state = OfflineFeatureState(catalogue.canonical, unique_ids=ids_unique(history.starts, history.finishes),
+                                unseen_types=unseen_types)
     out = _ExampleColumns(catalogue)
     for kind, row, event in replay(history.finishes, history.starts, subs, until):
         if kind == FINISH:
@@ -427,8 +430,8 @@ def build_held_out_examples(train: History, held_out: History, catalogue: Catalo
         One example per measured held-out attempt, job by job, each job's in submission order.
     """
     train_state = OfflineFeatureState(catalogue.canonical)
-    t_finishes: list[JobFinish] = _events(train.finishes, JobFinish)
-    t_starts: list[JobStart] = _events(train.starts, JobStart)
+    t_finishes: list[JobFinish] = events(train.finishes, JobFinish)
+    t_starts: list[JobStart] = events(train.starts, JobStart)
     for kind, i in _replay_order(t_finishes, t_starts, [], None):
         if kind == _FINISH:
             train_state.apply_finish(t_finishes[i])
@@ -442,9 +445,9 @@ def build_held_out_examples(train: History, held_out: History, catalogue: Catalo
 
 def _by_job(history: History) -> list[tuple[list[JobFinish], list[JobStart], list[Submission]]]:
     """Each job's finishes, starts and submissions, jobs in order of their first submission."""
-    finishes: list[JobFinish] = _events(history.finishes, JobFinish)
-    starts: list[JobStart] = _events(history.starts, JobStart)
-    subs: list[Submission] = _events(history.submissions, Submission)
+    finishes: list[JobFinish] = events(history.finishes, JobFinish)
+    starts: list[JobStart] = events(history.starts, JobStart)
+    subs: list[Submission] = events(history.submissions, Submission)
     jobs: dict[str, tuple[list[JobFinish], list[JobStart], list[Submission]]] = {}
     for s in sorted(subs, key=lambda s: (s.event_time, s.event_id)):
         jobs.setdefault(s.job_key, ([], [], []))[2].append(s)

@@ -34,6 +34,7 @@ import numpy as np
 
 from leap.core.accuracy import summary
 from leap.core.hardware import Catalogue, load_catalogue
+from leap.training import new_types
 from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
 from leap.training.days import checked_first_test_day, day_text, submitted_on, training_mask
 from leap.training.train import fit_model
@@ -279,6 +280,8 @@ def drivers(
     history, ex = _history_examples(history_dir, catalogue, progress, examples)
     first_test = checked_first_test_day(history, days)
     test_days = [first_test + d * DAY for d in range(days)]
+    ex = new_types.for_nightly_fits(ex, history, catalogue or load_catalogue(), test_days,
+                                    min(v.window_days or window_days for v in chosen))
     fits, key_of = _plan(chosen, test_days, window_days, float(ex.submit_time.min()), dict(params or {}))
     if progress is not None:
         progress.print(f"{len(ex)} examples; {len(fits)} fits for {len(chosen)} variants over {days} days")

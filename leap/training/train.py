@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from leap.core.accuracy import summary
 from leap.core.hardware import Catalogue, load_catalogue
+from leap.training import new_types
 from leap.training.dataset import DAY, Examples, History, build_examples, read_history
 from leap.training.days import day_text, parse_day, training_rows
 from predictor.lgbm import LightGBMThroughput
@@ -67,11 +68,16 @@ def baseline_models() -> dict[str, ThroughputModel]:
     return {name: cls() for name, cls in BASELINES.items()}
 
 
+def _rows_from(as_of: float, window_days: float) -> float:
+    """The first submission time a training run builds rows for (its window and the holdout day)."""
+    return as_of - (window_days + 1) * DAY
+
+
 def load_examples(history_dir: Path, catalogue: Catalogue, as_of: float | None, window_days: float
                   ) -> tuple[History, Examples, float]:
     history = read_history(history_dir, with_oracle=False)
     as_of = as_of if as_of is not None else history.last_day + DAY
-    rows_from = as_of - (window_days + 1) * DAY
+    rows_from = _rows_from(as_of, window_days)
     # Submissions before the window get no row and change no state but the configuration aggregates
     # (which only a partial submission reads: one in the window reads the window's submissions only):
     # dropped before the replay, they no longer sit in memory beside the feature state (0.2 GB of
@@ -97,6 +103,10 @@ def train(
     history, ex, as_of = load_examples(history_dir, catalogue, as_of, window_days)
     t_rows = time.time() - t0
     sp = split(ex, as_of, window_days)
+    if new_types.needed(len(sp.train)):  # a small fleet: its new-type calibration reads honest rows
+        sp = dataclasses.replace(sp, train=new_types.with_unseen_type_rows(
+            sp.train, history, catalogue, rows_from=_rows_from(as_of, window_days), until=as_of))
+        t_rows = time.time() - t0
     # Only the split is needed from here on: the archive's tables and the unsplit rows would
     # otherwise stay alive through the fit (0.8 GB and 0.3 GB at 60 days x 20,000 attempts).
     data_hash = history.digest

@@ -19,7 +19,6 @@ submissions with at least two candidates priced in the catalogue, by throughput 
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import time
 from collections.abc import Mapping
@@ -42,6 +41,7 @@ from leap.training.measurements.estimators import Estimator, ModelFactory
 from leap.training.measurements.history import TableHistory
 from leap.training.measurements.pairs import folds
 from leap.training.measurements.table import Table
+from leap.training.new_types import attach_new_type_rows
 from predictor.lgbm import EVIDENCE, evidence_level
 from predictor.models import ThroughputModel
 
@@ -64,8 +64,8 @@ def with_new_type_rows(examples: Examples, history: History, catalogue: Catalogu
     held-out ones (:func:`build_held_out_examples`) against the history of every other type, so
     their rows carry no median, paired ratio or other aggregate their own type fed, as a type's
     first jobs see at serving. The served model calibrates what it serves to new model types on
-    them (:class:`predictor.lgbm.LightGBMThroughput`); without them it approximates that view from
-    the rows (:func:`predictor.calibration.as_new_type`). A history of one type is returned as it is.
+    them (:class:`predictor.lgbm.LightGBMThroughput`); a fleet's history has its own builder
+    (:mod:`leap.training.new_types`). A history of one type is returned as it is.
     """
     subs = history.submissions
     job_type = dict(zip(subs.column("job_key").to_pylist(), subs.column("model_type").to_pylist(), strict=True))
@@ -76,13 +76,7 @@ def with_new_type_rows(examples: Examples, history: History, catalogue: Catalogu
         return examples
     parts = [build_held_out_examples(select_jobs(history, jobs, keep=False), select_jobs(history, jobs), catalogue,
                                      full=False) for jobs in by_type.values()]
-    view = Examples.concat([p for p in parts if len(p)])
-    position = {a: i for i, a in enumerate(view.attempt_id.tolist())}
-    missing = [a for a in examples.attempt_id.tolist() if a not in position]
-    if missing:
-        raise ValueError(f"{len(missing)} examples have no new-type row (first: {missing[0]}): not of this history")
-    order = np.array([position[a] for a in examples.attempt_id.tolist()], dtype=np.int64)
-    return dataclasses.replace(examples, new_type_rows={c: v[order] for c, v in view.rows.items()})
+    return attach_new_type_rows(examples, Examples.concat([p for p in parts if len(p)]))
 
 
 def make_fold(th: TableHistory, test_rows: np.ndarray, catalogue: Catalogue) -> Fold:
