@@ -103,9 +103,9 @@ class Examples:
 
     ``rows`` are built for the hardware the attempt ran on; ``y`` is its measured
     per-accelerator throughput. ``full`` holds, for a sample of attempts, the rows of every
-    candidate (for top-1 and regret), keyed by example index. ``new_type_rows``, where a builder
-    can make them (:func:`leap.training.measurements.runner.with_new_type_rows`), are the same
-    examples' rows as a model type never seen has them: built against the other types' aggregates.
+    candidate (for top-1 and regret), keyed by example index. ``new_type_rows`` (a fleet's:
+    :mod:`leap.training.new_types`; a table's: ``measurements.runner.with_new_type_rows``) are the
+    same examples' rows as a model type never seen has them: built against the other types' aggregates.
     """
 
     rows: Rows
