@@ -162,6 +162,16 @@ def small_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six simulated days of 400 attempts: for what a few nights of small fits show."""
+    from leap.fleet.history import simulate, write_history
+
+    out = tmp_path_factory.mktemp("tiny-history")
+    write_history(simulate(seed=3, days=6, attempts_per_day=400), out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def served_with_selectors(small_history: Path) -> tuple[Any, Any]:
     """The served model fitted with a held-out tenth and its selectors on the small history
     (thresholds lowered to its size), and that history's holdout day: ``(model, holdout)``.

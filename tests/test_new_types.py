@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from leap.core.hardware import load_catalogue
-from leap.fleet.history import simulate, write_history
 from leap.training.dataset import DAY, Examples, History, build_examples, read_history
 from leap.training.new_types import for_nightly_fits, needed, with_unseen_type_rows
 from predictor.boosting import HOLDOUT_FROM
@@ -17,10 +16,8 @@ CAT = load_catalogue()
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[History, Examples]:
-    folder: Path = tmp_path_factory.mktemp("hist")
-    write_history(simulate(seed=3, days=5, attempts_per_day=400), folder)
-    history = read_history(folder, with_oracle=False)
+def built(tiny_history: Path) -> tuple[History, Examples]:
+    history = read_history(tiny_history, with_oracle=False)
     return history, build_examples(history, CAT)
 
 

@@ -10,22 +10,14 @@ from typer.testing import CliRunner
 
 from leap.cli import app
 from leap.core.hardware import load_catalogue
-from leap.fleet.history import simulate, write_history
 from leap.training.partial import missing_fields
 
 # Small trees: the table's logic, not the model's size, is under test here.
 PARAMS = {"n_estimators": 30, "num_leaves": 15}
 
 
-@pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("hist")
-    write_history(simulate(seed=5, days=6, attempts_per_day=300), folder)
-    return folder
-
-
-def test_each_dropped_field_is_a_row_beside_the_complete_run(history: Path) -> None:
-    rows = missing_fields(history, 2, ["layout", "params"], load_catalogue(), params=PARAMS)
+def test_each_dropped_field_is_a_row_beside_the_complete_run(tiny_history: Path) -> None:
+    rows = missing_fields(tiny_history, 2, ["layout", "params"], load_catalogue(), params=PARAMS)
     assert [r["dropped"] for r in rows] == [None, "layout", "params"]
     for row in rows:
         assert all(0.0 <= row[k] <= 1.0 for k in ("acc@10", "top1", "transfer", "transfer_paired")), row
@@ -36,9 +28,9 @@ def test_each_dropped_field_is_a_row_beside_the_complete_run(history: Path) -> N
     assert rows[1]["acc@10"] != rows[0]["acc@10"]  # without the layout the model reads other rows
 
 
-def test_an_unknown_field_is_refused(history: Path) -> None:
+def test_an_unknown_field_is_refused(tiny_history: Path) -> None:
     with pytest.raises(ValueError, match="cannot drop 'seq_len'"):
-        missing_fields(history, 2, ["seq_len"], load_catalogue())
+        missing_fields(tiny_history, 2, ["seq_len"], load_catalogue())
 
 
 def test_the_cli_refuses_an_unknown_field_before_reading_anything(tmp_path: Path) -> None:
