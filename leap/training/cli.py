@@ -261,12 +261,16 @@ def drivers_cmd(
     if report is not None and "variants" in result:
         plot_drivers(result, report)
     if "variants" in result:
-        table = Table(title="change in mean acc@10 against the default model")
-        for col in ("variant", "acc@10", "delta", "spread (sd of daily delta)"):
-            table.add_column(col)
-        for row in result["variants"]:
-            table.add_row(row["name"], f"{row['acc@10']:.3f}", f"{row['delta']:+.3f}", f"{row['delta_sd']:.3f}")
-        console.print(table)
+        _print_variants(result["variants"])
+
+
+def _print_variants(variants: list[dict[str, Any]]) -> None:
+    table = Table(title="change in mean acc@10 against the default model")
+    for col in ("variant", "acc@10", "delta", "spread (sd of daily delta)"):
+        table.add_column(col)
+    for row in variants:
+        table.add_row(row["name"], f"{row['acc@10']:.3f}", f"{row['delta']:+.3f}", f"{row['delta_sd']:.3f}")
+    console.print(table)
 
 
 def _fields(drop_fields: str | None) -> list[str]:

@@ -28,7 +28,6 @@ from leap.core.hardware import Catalogue
 from leap.training.events import (
     FINISH,
     START,
-    SUBMISSION,
     SharedStrings,
     events,
     ids_unique,
@@ -208,17 +207,11 @@ def build_examples(
 
     Parameters
     ----------
-    history
-        From :func:`read_history`.
-    catalogue
-        Specs for the rows.
-    full_from
-        Submissions at or after this time may also get rows for every candidate (a random
-        sample of ``full_per_day`` per day), for top-1 pick accuracy and regret.
-    full_per_day
-        Submissions per day that get every candidate's rows (all if fewer are eligible).
-    seed
-        Seed of that sample.
+    history, catalogue
+        From :func:`read_history`; specs for the rows.
+    full_from, full_per_day, seed
+        From ``full_from`` on, a seeded sample of ``full_per_day`` submissions a day (all if fewer
+        are eligible) also get every candidate's rows, for top-1 pick accuracy and regret.
     rows_from
         Build rows only for submissions from this time on (earlier events still shape state).
     until
@@ -235,11 +228,9 @@ def build_examples(
     subs = history.submissions
     finish_of = measured_finish(history.finishes, subs.column("attempt_id"))
     outcomes = _Outcomes(history.finishes)
-    sub_time = subs.column("event_time").to_numpy()
-    keep = (finish_of >= 0) & (sub_time >= rows_from if rows_from is not None else True)
-    if unseen_types:
-        keep &= np.isin(subs.column("model_type").to_numpy(zero_copy_only=False).astype(str), list(unseen_types))
-    sample = _CandidateSample(sub_time, _candidate_counts(subs), finish_of >= 0, full_from, full_per_day, seed)
+    keep = _kept(subs, finish_of >= 0, rows_from, unseen_types)
+    sample = _CandidateSample(subs.column("event_time").to_numpy(), _candidate_counts(subs), finish_of >= 0,
+                              full_from, full_per_day, seed)
     state = OfflineFeatureState(catalogue.canonical, unique_ids=ids_unique(history.starts, history.finishes),
                                 unseen_types=unseen_types)
     out = _ExampleColumns(catalogue)
@@ -263,6 +254,14 @@ def build_examples(
     return out.examples()
 
 
+def _kept(subs: pa.Table, measured: np.ndarray, rows_from: float | None, unseen_types: frozenset[str]) -> np.ndarray:
+    """Which submissions get a row: measured ones, from ``rows_from`` on, of ``unseen_types`` if any."""
+    keep = measured & (subs.column("event_time").to_numpy() >= rows_from if rows_from is not None else True)
+    if unseen_types:
+        keep &= np.isin(subs.column("model_type").to_numpy(zero_copy_only=False).astype(str), list(unseen_types))
+    return np.asarray(keep)
+
+
 def build_examples_with_progress(history: History, catalogue: Catalogue, progress: Any, **options: Any) -> Examples:
     """:func:`build_examples`, announced first on ``progress`` (anything with ``print``; None: quiet).
 
@@ -271,9 +270,6 @@ def build_examples_with_progress(history: History, catalogue: Catalogue, progres
     if progress is not None:
         progress.print(f"building point-in-time rows for {history.submissions.num_rows} submissions ...")
     return build_examples(history, catalogue, **options)
-
-
-_FINISH, _START, _SUBMISSION = FINISH, START, SUBMISSION
 
 
 def _replay_order(finishes: list[JobFinish], starts: list[JobStart], subs: list[Submission],
@@ -433,7 +429,7 @@ def build_held_out_examples(train: History, held_out: History, catalogue: Catalo
     t_finishes: list[JobFinish] = events(train.finishes, JobFinish)
     t_starts: list[JobStart] = events(train.starts, JobStart)
     for kind, i in _replay_order(t_finishes, t_starts, [], None):
-        if kind == _FINISH:
+        if kind == FINISH:
             train_state.apply_finish(t_finishes[i])
         else:
             train_state.apply_start(t_starts[i])
@@ -468,9 +464,9 @@ def _replay_held_out_job(job: tuple[list[JobFinish], list[JobStart], list[Submis
     measured = {f.attempt_id: f for f in finishes if f.throughput is not None}
     state = OfflineFeatureState(catalogue.canonical)
     for kind, i in _replay_order(finishes, starts, subs, None):
-        if kind == _FINISH:
+        if kind == FINISH:
             state.apply_finish(finishes[i])
-        elif kind == _START:
+        elif kind == START:
             state.apply_start(starts[i])
         elif (done := measured.get(subs[i].attempt_id)) is not None:
             sub = subs[i]

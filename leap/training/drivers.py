@@ -263,9 +263,8 @@ def drivers(
         At most this many training rows per fit (a random sample of the window, the same for
         every variant with that window and day); ``None``: all (see the module note).
     jobs
-        Worker processes, one LightGBM thread each; 1 runs in this process. Workers are
-        spawned (not forked), so a script calling this with ``jobs > 1`` needs the usual
-        ``if __name__ == "__main__":`` guard.
+        Worker processes, one LightGBM thread each; 1 runs in this process. Workers are spawned
+        (not forked): a script calling this with ``jobs > 1`` needs ``if __name__ == "__main__":``.
     params
         Model parameters under every fit; a variant's own parameters win over them.
 
@@ -278,8 +277,7 @@ def drivers(
     t0 = time.perf_counter()
     chosen = _chosen_variants(variants)
     history, ex = _history_examples(history_dir, catalogue, progress, examples)
-    first_test = checked_first_test_day(history, days)
-    test_days = [first_test + d * DAY for d in range(days)]
+    test_days = [checked_first_test_day(history, days) + d * DAY for d in range(days)]
     ex = new_types.for_nightly_fits(ex, history, catalogue or load_catalogue(), test_days,
                                     min(v.window_days or window_days for v in chosen))
     fits, key_of = _plan(chosen, test_days, window_days, float(ex.submit_time.min()), dict(params or {}))
