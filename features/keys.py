@@ -83,6 +83,15 @@ class KeyLayout:
         view (:data:`~features.layout.SORTED_VIEW`), so that a write need not parse the window."""
         return f"{key}:sorted"
 
+    def job_of(self, key: str) -> str | None:
+        """The job whose key (:meth:`job`, :meth:`job_window`, :meth:`job_seen`, :meth:`job_outbox`)
+        this is; None for a shared aggregate's key or another prefix's."""
+        head = f"{self.prefix}:job:{{"
+        if not key.startswith(head):
+            return None
+        job_key, _, _ = key[len(head):].partition("}")
+        return job_key
+
     def pattern(self) -> str:
         """Glob matching every key of this layout (for scans and clean-up)."""
         return f"{self.prefix}:*"

@@ -196,3 +196,10 @@ def test_scripts_write_the_declared_bytes(rds: redis.Redis, run_id: str) -> None
         assert snap.lookup_model == {hw: parse_lookup_field(v) for hw, v in lookup.items()}
     finally:
         store.delete_all()
+
+
+def test_a_jobs_keys_name_their_job_and_no_other_key_does() -> None:
+    lay = KeyLayout("p")
+    for key in (lay.job("j-1"), lay.job_window("j-1"), lay.job_seen("j-1"), lay.job_outbox("j-1")):
+        assert lay.job_of(key) == "j-1"
+    assert lay.job_of(lay.lookup_model("j-1")) is None and lay.job_of(KeyLayout("q").job("j-1")) is None

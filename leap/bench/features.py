@@ -93,9 +93,9 @@ def redis_bytes(store: FeatureStore) -> dict[str, float]:
     for key in keys:
         pipe.memory_usage(key, samples=0)
     sizes = [int(n or 0) for n in pipe.execute()] if keys else []
-    own = [(k, n) for k, n in zip(keys, sizes, strict=True) if ":job:{" in k]
-    jobs = len({k.split(":job:{", 1)[1].split("}", 1)[0] for k, _ in own}) or 1
-    job_bytes = sum(n for _, n in own)
+    owners = [store.layout.job_of(k) for k in keys]
+    jobs = len({job for job in owners if job is not None}) or 1
+    job_bytes = sum(n for job, n in zip(owners, sizes, strict=True) if job is not None)
     return {"redis_bytes_per_job": sum(sizes) / jobs, "redis_job_keys_bytes_per_job": job_bytes / jobs,
             "redis_shared_bytes_per_job": (sum(sizes) - job_bytes) / jobs, "redis_tracked_jobs": float(jobs)}
 
