@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from leap.cli import app
 from leap.core.hardware import load_catalogue
-from leap.training.partial import missing_fields
+from leap.training.partial import examples_without, missing_fields
 
 # Small trees: the table's logic, not the model's size, is under test here.
 PARAMS = {"n_estimators": 30, "num_leaves": 15}
@@ -35,7 +36,26 @@ def test_an_unknown_field_is_refused(tiny_history: Path) -> None:
 
 def test_the_cli_refuses_an_unknown_field_before_reading_anything(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["drivers", "--history", str(tmp_path), "--drop-fields", "layout,seq_len"])
+    said = " ".join(res.output.split())  # the console wraps long lines
     assert res.exit_code != 0
-    assert "unknown 'seq_len'" in res.output and "params, framework, layout" in res.output
+    assert "--drop-fields: cannot drop 'seq_len'" in said and "params, framework, layout" in said
     res = CliRunner().invoke(app, ["drivers", "--tables", "x.csv", "--drop-fields", "layout"])
     assert res.exit_code != 0 and "--drop-fields needs --history" in res.output
+
+
+def test_the_new_type_view_is_built_from_the_same_partial_submissions(tiny_history: Path) -> None:
+    from leap.training.dataset import build_examples
+    from leap.training.days import checked_first_test_day
+    from leap.training.new_types import with_unseen_type_rows
+
+    cat = load_catalogue()
+    history, partial = examples_without(tiny_history, 2, "params", cat)
+    complete = with_unseen_type_rows(build_examples(history, cat), history, cat)
+    assert partial.new_type_rows is not None and complete.new_type_rows is not None
+    position = {a: i for i, a in enumerate(complete.attempt_id.tolist())}
+    same = np.array([position[a] for a in partial.attempt_id.tolist()])
+    late = partial.submit_time >= checked_first_test_day(history, 2)
+    sent = np.nan_to_num(partial.new_type_rows["log_params"])
+    full = np.nan_to_num(complete.new_type_rows["log_params"][same])
+    np.testing.assert_allclose(sent[~late], full[~late])  # before the test days the field was sent
+    assert not np.allclose(sent[late], full[late])  # after, its stand-in, as in the rows themselves

@@ -187,7 +187,7 @@ def backtest_cmd(
         raise _fail("--drop-everywhere needs --drop-field")
     try:
         examples = None if drop_field is None else examples_without(
-            history, days, drop_field, load_catalogue(), console, drop_everywhere)
+            history, days, drop_field, load_catalogue(), console, drop_everywhere, window_days)
         result = backtest(history, days=days, window_days=window_days, params=_size_params(trees, leaves),
                           progress=console, examples=examples)
     except ValueError as exc:
@@ -275,15 +275,15 @@ def _print_variants(variants: list[dict[str, Any]]) -> None:
 
 def _fields(drop_fields: str | None) -> list[str]:
     """``--drop-fields``, checked before anything is read."""
-    from features.completion import OPTIONAL_FIELDS
+    from leap.training.partial import check_fields
 
     if drop_fields is None:
         return []
     fields = [f.strip() for f in drop_fields.split(",") if f.strip()]
-    unknown = [f for f in fields if f not in OPTIONAL_FIELDS]
-    if unknown or not fields:
-        raise _fail(f"--drop-fields: unknown {', '.join(map(repr, unknown)) or 'nothing given'}; "
-                    f"choose from {', '.join(OPTIONAL_FIELDS)}")
+    try:
+        check_fields(fields)
+    except ValueError as exc:
+        raise _fail(f"--drop-fields: {exc}") from None
     return fields
 
 

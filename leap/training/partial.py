@@ -22,12 +22,13 @@ import pyarrow.compute as pc
 
 from features.completion import LAYOUT_FIELDS, OPTIONAL_FIELDS
 from leap.core.hardware import Catalogue
-from leap.training.dataset import Examples, History, build_examples_with_progress, read_history
+from leap.training import new_types
+from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
 from leap.training.days import checked_first_test_day
 
 
 def examples_without(history_dir: Path, days: int, field: str, catalogue: Catalogue, progress: Any = None,
-                     everywhere: bool = False) -> tuple[History, Examples]:
+                     everywhere: bool = False, window_days: int = 30) -> tuple[History, Examples]:
     """A history and its backtest rows with ``field`` left out (see the module docstring).
 
     Parameters
@@ -44,18 +45,23 @@ def examples_without(history_dir: Path, days: int, field: str, catalogue: Catalo
         Anything with ``print``, or None.
     everywhere
         Leave the field out of every submission, not only from the first test day on.
+    window_days
+        Training window of the nightly fits: where one takes few enough rows, the rows carry their
+        new-type view (:func:`leap.training.new_types.for_nightly_fits`), built from the same
+        submissions without the field.
 
     Raises
     ------
     ValueError
         An unknown field, or a history too short for ``days``.
     """
-    if field not in OPTIONAL_FIELDS:
-        raise ValueError(f"cannot drop {field!r}: choose one of {', '.join(OPTIONAL_FIELDS)}")
+    check_fields([field])
     history = read_history(history_dir)
     first_test = checked_first_test_day(history, days)
     sent = without_field(history, field, None if everywhere else first_test)
-    return history, build_examples_with_progress(sent, catalogue, progress, full_from=first_test)
+    examples = build_examples_with_progress(sent, catalogue, progress, full_from=first_test)
+    test_days = [first_test + d * DAY for d in range(days)]
+    return history, new_types.for_nightly_fits(examples, sent, catalogue, test_days, window_days)
 
 
 def missing_fields(history_dir: Path, days: int, fields: Sequence[str], catalogue: Catalogue,
@@ -79,12 +85,11 @@ def missing_fields(history_dir: Path, days: int, fields: Sequence[str], catalogu
     """
     from leap.training.backtest import backtest
 
-    unknown = [f for f in fields if f not in OPTIONAL_FIELDS]
-    if unknown:
-        raise ValueError(f"cannot drop {', '.join(map(repr, unknown))}: choose from {', '.join(OPTIONAL_FIELDS)}")
+    check_fields(fields)
     rows = []
     for field in (None, *fields):
-        examples = None if field is None else examples_without(history_dir, days, field, catalogue, progress)
+        examples = None if field is None else examples_without(history_dir, days, field, catalogue, progress,
+                                                               window_days=window_days)
         result = backtest(history_dir, days=days, window_days=window_days, params=params, catalogue=catalogue,
                           progress=progress, examples=examples)
         mean = result["mean"]
@@ -94,6 +99,14 @@ def missing_fields(history_dir: Path, days: int, fields: Sequence[str], catalogu
                      "below_transfer_days": sum(d["lightgbm"]["acc@10"] < d["transfer"]["acc@10"]
                                                 for d in result["per_day"])})
     return rows
+
+
+def check_fields(fields: Sequence[str]) -> None:
+    """Raise ValueError naming the ``fields`` that are not optional submission fields, or none given."""
+    unknown = [f for f in fields if f not in OPTIONAL_FIELDS]
+    if unknown or not fields:
+        raise ValueError(f"cannot drop {', '.join(map(repr, unknown)) or 'nothing'}: choose from "
+                         f"{', '.join(OPTIONAL_FIELDS)}")
 
 
 def without_field(history: History, field: str, since: float | None) -> History:
