@@ -8,6 +8,7 @@ import inspect
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 
 from leap.core.hardware import load_catalogue
@@ -149,3 +150,53 @@ def test_cli_tune_needs_two_tables(tmp_path: Path) -> None:
     one = slice_table(GAVEL, tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"})
     res = CliRunner().invoke(app, ["alternatives", "--tables", str(one), "--tune", "2", "--models", "ridge"])
     assert res.exit_code == 2 and "at least two tables" in " ".join(res.output.split())
+
+
+def test_a_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(tmp_path: Path) -> None:
+    from leap.training.alternatives import search_parts
+
+    paths = [slice_table(GAVEL, tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"}),
+             slice_table(GAVEL, tmp_path / "b.csv", {"A3C", "CycleGAN", "ResNet-50", "Recommendation"})]
+    one = tuning.search_tables(paths, ["ridge", "knn"], draws=2, seed=1, fixed=["transfer_paired"])
+    parts_dir = tmp_path / "parts"
+    two = tuning.search_tables(paths, ["ridge", "knn"], draws=2, seed=1, fixed=["transfer_paired"], workers=2,
+                               parts_dir=parts_dir)
+    assert len(list(parts_dir.glob("*.json"))) == 4  # two parts per table, each saved
+    for stem in ("a", "b"):
+        assert two["results"][stem]["models"] == one["results"][stem]["models"]
+        for protocol, block in one["results"][stem]["protocols"].items():
+            other = two["results"][stem]["protocols"][protocol]["models"]
+            assert list(other) == list(block["models"])
+            assert _json({m: s["acc@10"] for m, s in other.items()}) == _json(
+                {m: s["acc@10"] for m, s in block["models"].items()})
+
+    def refit(*args: object) -> None:
+        raise AssertionError("a saved part was fitted again")
+
+    original = search_parts.evaluate_part
+    search_parts.evaluate_part = refit  # type: ignore[assignment]
+    try:
+        again = tuning.search_tables(paths, ["ridge", "knn"], draws=2, seed=1, fixed=["transfer_paired"],
+                                     parts_dir=parts_dir, workers=2)
+    finally:
+        search_parts.evaluate_part = original
+    assert _json(again["results"]) == _json(two["results"])
+
+
+def test_parts_split_the_costly_fits_first_and_leave_none_empty() -> None:
+    from leap.training.alternatives.search_parts import split
+
+    specs = [("ridge#0", "ridge", {}), ("lightgbm#0", "lightgbm", {}), ("lightgbm#1", "lightgbm", {}),
+             ("transfer", None, {})]
+    parts = split(specs, 2)
+    assert [[name for name, _, _ in p if name.startswith("lightgbm")] for p in parts] == [["lightgbm#0"],
+                                                                                         ["lightgbm#1"]]
+    assert sorted(name for p in parts for name, _, _ in p) == sorted(name for name, _, _ in specs)
+    assert len(split(specs[:1], 3)) == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        split(specs, 0)
+
+
+def _json(value: object) -> bytes:
+    """The stored form (NaN as null), so that scores read back from a saved part compare equal."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -10,7 +10,8 @@
 ``--tables none`` skips the public tables, ``--tables a.csv,b.csv`` runs others. ``--tune 20``
 gives every family with knobs (the served model included) 20 settings and reports on each table
 the one chosen on the other tables (:mod:`leap.training.alternatives.tuning`); the JSON's ``tuning``
-holds every setting's scores and the choices.
+holds every setting's scores and the choices. ``--workers 2`` runs that search in two processes,
+``--parts-dir D`` saves it part by part so that a stopped search resumes.
 
 ``leap alternatives-report a.json b.json ... --markdown out.md --plot out.png`` merges saved
 results of the same seed and folds (e.g. cheap models and language models run apart, one table
@@ -87,6 +88,12 @@ def alternatives_cmd(
         "--tune-history", help="Simulated history to choose the simulator's settings on (--tune settings per "
                                "family; a seed used for nothing else).")] = None,
     tune_days: Annotated[int, typer.Option(min=1, help="Nightly retrains of --tune-history to choose on.")] = 3,
+    workers: Annotated[int, typer.Option(
+        min=1, help="Processes for the --tune search of the tables (each table's settings in as many parts; "
+                    "the figures do not depend on it).")] = 1,
+    parts_dir: Annotated[Path | None, typer.Option(
+        "--parts-dir", help="Save each part of the --tune search here as it ends; a rerun of the same search "
+                            "and code reads the saved parts instead of fitting them again.")] = None,
     pick_sample: Annotated[int, typer.Option(
         min=1, help="Submissions a day ranked in full for top-1 and regret on the simulator.")] = 1500,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the full result as JSON here.")] = None,
@@ -118,17 +125,20 @@ def alternatives_cmd(
 
         choice = tune_on_history(tune_history, [n for n in names if n in CLASSES], tune, tune_days, window_days,
                                  seed, console)
-    result = _run(history, names, paths, (days, window_days, pick_sample), seed, MeasurementError, tune, choice)
+    result = _run(history, names, paths, (days, window_days, pick_sample), seed, MeasurementError,
+                  (tune, workers, parts_dir), choice)
     _print(result)
     _write(result, json_path, markdown_path, plot_path)
 
 
 def _run(history: Path | None, names: list[str], paths: list[Path], nights: tuple[int, int, int], seed: int,
-         measurement_error: type[Exception], tune: int = 0, choice: dict[str, Any] | None = None) -> dict[str, Any]:
+         measurement_error: type[Exception], search: tuple[int, int, Path | None] = (0, 1, None),
+         choice: dict[str, Any] | None = None) -> dict[str, Any]:
     """The simulator backtest (``nights`` = days, window, pick sample; the families of ``choice``
-    at its chosen settings), then the tables (tuned by rotation with ``tune`` settings per family);
-    a bad history or table ends the command."""
+    at its chosen settings), then the tables (``search`` = settings per family, tuned by
+    rotation; workers; parts folder); a bad history or table ends the command."""
     days, window_days, pick_sample = nights
+    tune, workers, parts_dir = search
     from leap.training.alternatives.simulated import backtest_alternatives
     from leap.training.alternatives.tables import evaluate_tables
 
@@ -145,7 +155,7 @@ def _run(history: Path | None, names: list[str], paths: list[Path], nights: tupl
         if tune and paths:
             from leap.training.alternatives.tuning import tuned_tables
 
-            results, tuning = tuned_tables(paths, names, tune, seed, progress=console)
+            results, tuning = tuned_tables(paths, names, tune, seed, console, workers, parts_dir)
         else:
             results = evaluate_tables(paths, names, seed=seed, progress=console)
     except (measurement_error, ValueError, AlternativeUnavailable) as exc:

@@ -21,7 +21,7 @@ The baselines (``lookup``, ``transfer``, ``transfer_paired``) have no knobs and 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,8 @@ def draw_name(family: str, k: int) -> str:
 
 
 def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = DRAWS, seed: int = 0,
-                  progress: Any = None, fixed: Mapping[str, Callable[[], Any]] | None = None) -> dict[str, Any]:
+                  progress: Any = None, fixed: Sequence[str] = (), workers: int = 1,
+                  parts_dir: Path | None = None) -> dict[str, Any]:
     """Every draw of every family on every table under both protocols, with fold seed ``seed``.
 
     Parameters
@@ -125,9 +126,14 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
     seed
         Fold seed, and the seed of the draws and of every model.
     progress
-        Anything with ``print``, for a line per table.
+        Anything with ``print``, for a line per table and part.
     fixed
-        Models without knobs (``name -> factory``), run once on the same folds.
+        Registered models without knobs, run once on the same folds.
+    workers
+        Processes to run each table's models in, as that many parts
+        (:mod:`leap.training.alternatives.search_parts`); the figures do not depend on it.
+    parts_dir
+        Where each part is saved as it ends, and read from by a rerun of the same search.
 
     Returns
     -------
@@ -135,28 +141,27 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
         ``{"draws", "seed", "settings": {family: [setting, ...]}, "results": {table stem:
         evaluate(...)}}`` with the draws named by :func:`draw_name`.
     """
-    from leap.training.measurements.protocol import evaluate
+    from leap.training.alternatives.search_parts import evaluate_in_parts
+    from leap.training.measurements.table import load_table
 
     unknown = [f for f in families if f not in CLASSES]
     if unknown:
         raise ValueError(f"no search space for {', '.join(unknown)}; families: {', '.join(CLASSES)}")
-    from leap.training.measurements.table import load_table
-
     settings = {f: settings_of(f, draws, seed) for f in families}
-    results = {}
-    for path in paths:
-        inert = _inert(families, len(load_table(path)))
-        factories = {draw_name(f, k): _factory(f, s, seed) for f in families for k, s in enumerate(settings[f])
-                     if f not in inert or k == 0}
-        factories.update(fixed or {})
+    inert = {path.stem: _inert(families, len(load_table(path))) for path in paths}
+    jobs = [(path, [*((draw_name(f, k), f, s) for f in families for k, s in enumerate(settings[f])
+                      if f not in inert[path.stem] or k == 0), *((name, None, {}) for name in fixed)])
+            for path in paths]
+    for path, specs in jobs:
         if progress is not None:
-            progress.print(f"{path.name}: {len(factories)} settings under both protocols ...")
-        result = evaluate(path, seed=seed, factories=factories)
+            progress.print(f"{path.name}: {len(specs)} settings under both protocols in {workers} part(s) ...")
+    results = evaluate_in_parts(jobs, seed, make, workers, parts_dir, progress)
+    for stem, result in results.items():
         for block in result["protocols"].values():
-            for f in inert:  # the same model whatever the draw: its figures, said to be draw 0's
+            for f in inert[stem]:  # the same model whatever the draw: its figures, said to be draw 0's
                 block["models"].update({draw_name(f, k): {**block["models"][draw_name(f, 0)], "same_as_draw": 0}
                                         for k in range(1, len(settings[f]))})
-        results[path.stem] = {**result, "inert": inert}
+        result["inert"] = inert[stem]
     return {"draws": draws, "seed": seed, "settings": settings, "results": results}
 
 
@@ -168,10 +173,6 @@ def _inert(families: Sequence[str], table_rows: int) -> list[str]:
 
     small = table_rows < SMALL_ROWS
     return [f for f in families if f == "lightgbm" and small and set(space_of(f)) <= set(SMALL_SIZE)]
-
-
-def _factory(family: str, setting: dict[str, Any], seed: int) -> Callable[[], ThroughputModel]:
-    return lambda: make(family, setting, seed)
 
 
 def table_scores(search: dict[str, Any], family: str) -> np.ndarray:
@@ -242,8 +243,10 @@ SERVED_DEFAULTS = "lightgbm_defaults"
 
 
 def tuned_tables(paths: Sequence[Path], names: Sequence[str], draws: int = DRAWS, seed: int = 0,
-                 progress: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Every named model on every table, the families with knobs at their rotation-chosen draw.
+                 progress: Any = None, workers: int = 1, parts_dir: Path | None = None
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every named model on every table, the families with knobs at their rotation-chosen draw
+    (``workers`` and ``parts_dir`` as :func:`search_tables` takes them).
 
     Returns
     -------
@@ -260,13 +263,11 @@ def tuned_tables(paths: Sequence[Path], names: Sequence[str], draws: int = DRAWS
     ValueError
         Fewer than two tables.
     """
-    from leap.training.alternatives.tables import table_factories
-
     if len(paths) < 2:
         raise ValueError("tuning by rotation needs at least two tables (choose on the others, report on each)")
     families = [n for n in names if n in CLASSES]
-    fixed = table_factories([n for n in names if n not in CLASSES], seed)
-    return chosen_tables(search_tables(paths, families, draws, seed, progress, fixed), names)
+    fixed = [n for n in names if n not in CLASSES]
+    return chosen_tables(search_tables(paths, families, draws, seed, progress, fixed, workers, parts_dir), names)
 
 
 def chosen_tables(search: dict[str, Any], names: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -1,0 +1,133 @@
+"""A table search split into parts: run side by side in worker processes, each saved as it ends.
+
+A tuned contest fits every draw of every family on every table under both protocols; where the
+served model's draws are real fits, one table alone is hours of one core. Each model is made from
+its setting and the seed alone and scored on folds that depend only on the table and the seed,
+so a table's models split into parts give the figures of one run (:func:`join_parts` puts them
+back together, model by model, in the order they were asked). Parts run in ``spawn`` processes
+(a forked LightGBM or BLAS may hold a lock another thread took), and with ``parts_dir`` each part
+is written as it ends, named by a digest of the table's bytes, the seed and the part's models and
+settings, so that a run stopped halfway resumes where it stopped. A saved part is reused only by a
+run of the same code: the digest does not cover the code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+#: One model of a search: its reported name, its family (None: a registered model without knobs,
+#: made by :func:`leap.training.alternatives.tables.table_factories`) and its setting.
+Spec = tuple[str, str | None, dict[str, Any]]
+#: Makes a family's model from ``(family, setting, seed)``.
+Maker = Callable[[str, dict[str, Any], int], Any]
+
+#: Relative cost of one fit by family, from the fit times of a 20-draw search of the MLPerf table
+#: (the served model's out-of-fold calibration fits dominate); other models count as cheap.
+COST = {"lightgbm": 100.0, "lightgbm_plain": 5.0, "random_forest": 1.0, "pairwise_lightgbm": 1.0, "mlp": 0.5}
+CHEAP = 0.05
+
+
+def split(specs: Sequence[Spec], parts: int) -> list[list[Spec]]:
+    """``specs`` in at most ``parts`` parts of about equal cost: costliest first, each to the
+    lightest part so far (no empty part)."""
+    if parts < 1:
+        raise ValueError(f"parts must be at least 1, got {parts}")
+    loads = [0.0] * parts
+    out: list[list[Spec]] = [[] for _ in range(parts)]
+    for spec in sorted(specs, key=lambda s: -COST.get(s[1] or "", CHEAP)):
+        i = loads.index(min(loads))
+        out[i].append(spec)
+        loads[i] += COST.get(spec[1] or "", CHEAP)
+    return [part for part in out if part]
+
+
+def part_path(parts_dir: Path, table: Path, seed: int, specs: Sequence[Spec]) -> Path:
+    """Where a part is saved: the table's stem and a digest of its bytes, the seed and the specs."""
+    digest = hashlib.sha256(table.read_bytes())
+    digest.update(orjson.dumps([seed, [list(s) for s in specs]], option=orjson.OPT_SORT_KEYS))
+    return parts_dir / f"{table.stem}-{digest.hexdigest()[:16]}.json"
+
+
+def evaluate_part(table: Path, seed: int, specs: Sequence[Spec], make: Maker, save: Path | None) -> dict[str, Any]:
+    """:func:`leap.training.measurements.protocol.evaluate` of one part's models, written to
+    ``save`` (through a temporary file, so a stopped run leaves no half part) when given."""
+    from leap.training.alternatives.tables import table_factories
+    from leap.training.measurements.protocol import evaluate
+
+    registered = [name for name, family, _ in specs if family is None]
+    fixed = table_factories(registered, seed) if registered else {}
+    factories = {name: fixed[name] if family is None else _factory(make, family, setting, seed)
+                 for name, family, setting in specs}
+    result = evaluate(table, seed=seed, factories=factories)
+    if save is not None:
+        partial = save.with_suffix(".partial")
+        partial.write_bytes(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))
+        partial.replace(save)
+    return result
+
+
+def _factory(make: Maker, family: str, setting: dict[str, Any], seed: int) -> Callable[[], Any]:
+    return lambda: make(family, setting, seed)
+
+
+def join_parts(parts: Sequence[dict[str, Any]], order: Sequence[str]) -> dict[str, Any]:
+    """One table's result from its parts' :func:`evaluate_part` results: every model's scores in
+    ``order``, seconds summed (CPU time over the parts, not wall time)."""
+    first = parts[0]
+    protocols = {}
+    for protocol, block in first["protocols"].items():
+        models = {name: scores for part in parts for name, scores in part["protocols"][protocol]["models"].items()}
+        missing = [name for name in order if name not in models]
+        if missing:
+            raise ValueError(f"no part scored {', '.join(missing)} under {protocol}")
+        protocols[protocol] = {**block, "models": {name: models[name] for name in order},
+                               "seconds": round(sum(p["protocols"][protocol]["seconds"] for p in parts), 2)}
+    return {**first, "models": list(order), "protocols": protocols,
+            "seconds": round(sum(p["seconds"] for p in parts), 2)}
+
+
+def evaluate_in_parts(jobs: Sequence[tuple[Path, Sequence[Spec]]], seed: int, make: Maker, workers: int = 1,
+                      parts_dir: Path | None = None, progress: Any = None) -> dict[str, dict[str, Any]]:
+    """Every table's models, ``{table stem: result}``, in ``workers`` parts per table run by
+    ``workers`` processes at once (1: in this process, one part per table); parts found saved
+    in ``parts_dir`` are read, not run."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if parts_dir is not None:
+        parts_dir.mkdir(parents=True, exist_ok=True)
+    planned = [(table, part, None if parts_dir is None else part_path(parts_dir, table, seed, part))
+               for table, specs in jobs for part in split(specs, workers)]
+    done: dict[int, dict[str, Any]] = {}
+    for i, (table, part, save) in enumerate(planned):
+        if save is not None and save.is_file():
+            done[i] = orjson.loads(save.read_bytes())
+            _say(progress, f"{table.name}: {len(part)} models read from {save}")
+    todo = [i for i in range(len(planned)) if i not in done]
+    t0 = time.perf_counter()
+    if workers == 1:
+        for i in todo:
+            done[i] = evaluate_part(planned[i][0], seed, planned[i][1], make, planned[i][2])
+    else:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures: dict[Future[dict[str, Any]], int] = {
+                pool.submit(evaluate_part, planned[i][0], seed, planned[i][1], make, planned[i][2]): i for i in todo}
+            for future in as_completed(futures):
+                i = futures[future]
+                done[i] = future.result()
+                _say(progress, f"{planned[i][0].name}: a part of {len(planned[i][1])} models done "
+                               f"at {time.perf_counter() - t0:.0f} s")
+    return {table.stem: join_parts([done[i] for i, p in enumerate(planned) if p[0] == table],
+                                   [name for name, _, _ in specs]) for table, specs in jobs}
+
+
+def _say(progress: Any, line: str) -> None:
+    if progress is not None:
+        progress.print(line)
