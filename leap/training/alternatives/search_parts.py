@@ -14,6 +14,7 @@ run of the same code: the digest does not cover the code.
 from __future__ import annotations
 
 import hashlib
+import math
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,14 @@ Maker = Callable[[str, dict[str, Any], int], Any]
 #: (the served model's out-of-fold calibration fits dominate); other models count as cheap.
 COST = {"lightgbm": 100.0, "lightgbm_plain": 5.0, "random_forest": 1.0, "pairwise_lightgbm": 1.0, "mlp": 0.5}
 CHEAP = 0.05
+#: A saved part costs about one fit of the served model at most, so that a stopped run loses
+#: little; each part rebuilds the table's folds, which costs far less than such a fit.
+PART_COST = COST["lightgbm"]
+
+
+def cost(specs: Sequence[Spec]) -> float:
+    """The relative cost of fitting ``specs`` (:data:`COST`)."""
+    return sum(COST.get(family or "", CHEAP) for _, family, _ in specs)
 
 
 def split(specs: Sequence[Spec], parts: int) -> list[list[Spec]]:
@@ -96,15 +105,19 @@ def join_parts(parts: Sequence[dict[str, Any]], order: Sequence[str]) -> dict[st
 
 def evaluate_in_parts(jobs: Sequence[tuple[Path, Sequence[Spec]]], seed: int, make: Maker, workers: int = 1,
                       parts_dir: Path | None = None, progress: Any = None) -> dict[str, dict[str, Any]]:
-    """Every table's models, ``{table stem: result}``, in ``workers`` parts per table run by
-    ``workers`` processes at once (1: in this process, one part per table); parts found saved
-    in ``parts_dir`` are read, not run."""
+    """Every table's models, ``{table stem: result}``, run by ``workers`` processes at once (1: in
+    this process), in parts of at most about :data:`PART_COST` (one part per table in this process
+    when nothing is saved); parts found saved in ``parts_dir`` are read, not run."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     if parts_dir is not None:
         parts_dir.mkdir(parents=True, exist_ok=True)
+
+    def parts_of(specs: Sequence[Spec]) -> int:  # one part in this process, else parts worth saving
+        return 1 if workers == 1 and parts_dir is None else max(workers, math.ceil(cost(specs) / PART_COST))
+
     planned = [(table, part, None if parts_dir is None else part_path(parts_dir, table, seed, part))
-               for table, specs in jobs for part in split(specs, workers)]
+               for table, specs in jobs for part in split(specs, parts_of(specs))]
     done: dict[int, dict[str, Any]] = {}
     for i, (table, part, save) in enumerate(planned):
         if save is not None and save.is_file():
@@ -122,8 +135,8 @@ def evaluate_in_parts(jobs: Sequence[tuple[Path, Sequence[Spec]]], seed: int, ma
             for future in as_completed(futures):
                 i = futures[future]
                 done[i] = future.result()
-                _say(progress, f"{planned[i][0].name}: a part of {len(planned[i][1])} models done "
-                               f"at {time.perf_counter() - t0:.0f} s")
+                _say(progress, f"{planned[i][0].name}: part of {len(planned[i][1])} models done "
+                               f"({len(done)} of {len(planned)} parts, {time.perf_counter() - t0:.0f} s)")
     return {table.stem: join_parts([done[i] for i, p in enumerate(planned) if p[0] == table],
                                    [name for name, _, _ in specs]) for table, specs in jobs}
 
