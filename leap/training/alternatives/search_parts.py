@@ -124,6 +124,8 @@ def evaluate_in_parts(jobs: Sequence[tuple[Path, Sequence[Spec]]], seed: int, ma
             done[i] = orjson.loads(save.read_bytes())
             _say(progress, f"{table.name}: {len(part)} models read from {save}")
     todo = [i for i in range(len(planned)) if i not in done]
+    if len(planned) > len(jobs):
+        _say(progress, f"{len(planned)} parts, {len(todo)} to run by {workers} process(es) ...")
     t0 = time.perf_counter()
     if workers == 1:
         for i in todo:

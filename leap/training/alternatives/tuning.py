@@ -154,7 +154,7 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
             for path in paths]
     for path, specs in jobs:
         if progress is not None:
-            progress.print(f"{path.name}: {len(specs)} settings under both protocols in {workers} part(s) ...")
+            progress.print(f"{path.name}: {len(specs)} settings under both protocols ...")
     results = evaluate_in_parts(jobs, seed, make, workers, parts_dir, progress)
     for stem, result in results.items():
         for block in result["protocols"].values():
