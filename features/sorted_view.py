@@ -35,15 +35,6 @@ def pack_sorted_view(sha_hex: str, times: Sequence[float], lengths: Sequence[int
     return struct.pack(f"<{SORTED_VIEW_SHA_HEX}s{n}d{n}H{n}d", sha_hex.encode(), *times, *lengths, *values)
 
 
-def unpack_sorted_view(blob: bytes) -> tuple[str, list[float], list[int], list[float]]:
-    """The SHA1 (hex), times, entry lengths and sorted values of a stored view; ValueError when malformed."""
-    n, rest = divmod(len(blob) - SORTED_VIEW_SHA_HEX, SORTED_VIEW_ENTRY)
-    if n < 0 or rest:
-        raise ValueError(f"not a sorted view: {len(blob)} bytes")
-    sha, *parts = struct.unpack(f"<{SORTED_VIEW_SHA_HEX}s{n}d{n}H{n}d", blob)
-    return sha.decode(), list(parts[:n]), list(parts[n : 2 * n]), list(parts[2 * n :])
-
-
 def _lua_window_text() -> str:
     """Edits of a window's text that need no parse (for a window known to read back as written):
     ``window_has_id(packed, id)``; ``window_put(packed, offset, entry)``: ``entry`` put after the

@@ -110,12 +110,6 @@ def default_hardware(attempt: Attempt) -> str:
     return attempt.default_hardware or sub.requested_hardware or attempt.candidates[0]
 
 
-def cost_per_sample(attempt: Attempt, hardware: str, catalogue: Catalogue) -> float:
-    """USD per sample on ``hardware`` at the attempt's expected (oracle) throughput."""
-    price = catalogue.price(hardware) or float("nan")
-    return price * attempt.submission.num_accelerators / 3600.0 / attempt.oracle[hardware]
-
-
 def learned_candidates(ranking: Ranking) -> frozenset[str]:
     """Candidates a learned model predicted: ranked, no fallback reason, not a baseline's ranking."""
     model = ranking.model_version.split("-")[0]
