@@ -162,6 +162,7 @@ def test_a_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(tm
     two = tuning.search_tables(paths, ["ridge", "knn"], draws=2, seed=1, fixed=["transfer_paired"], workers=2,
                                parts_dir=parts_dir)
     assert len(list(parts_dir.glob("*.json"))) == 4  # two parts per table, each saved
+    assert two["threads_per_fit"] == 1 and one["threads_per_fit"] != 1
     for stem in ("a", "b"):
         assert two["results"][stem]["models"] == one["results"][stem]["models"]
         for protocol, block in one["results"][stem]["protocols"].items():

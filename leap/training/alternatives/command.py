@@ -10,8 +10,9 @@
 ``--tables none`` skips the public tables, ``--tables a.csv,b.csv`` runs others. ``--tune 20``
 gives every family with knobs (the served model included) 20 settings and reports on each table
 the one chosen on the other tables (:mod:`leap.training.alternatives.tuning`); the JSON's ``tuning``
-holds every setting's scores and the choices. ``--workers 2`` runs that search in two processes,
-``--parts-dir D`` saves it part by part so that a stopped search resumes.
+holds every setting's scores and the choices. ``--workers 2`` runs that search in two processes
+(each LightGBM fit on one thread), ``--parts-dir D`` saves it part by part so that a stopped search
+resumes.
 
 ``leap alternatives-report a.json b.json ... --markdown out.md --plot out.png`` merges saved
 results of the same seed and folds (e.g. cheap models and language models run apart, one table
@@ -89,8 +90,8 @@ def alternatives_cmd(
                                "family; a seed used for nothing else).")] = None,
     tune_days: Annotated[int, typer.Option(min=1, help="Nightly retrains of --tune-history to choose on.")] = 3,
     workers: Annotated[int, typer.Option(
-        min=1, help="Processes for the --tune search of the tables (each table's settings in as many parts; "
-                    "the figures do not depend on it).")] = 1,
+        min=1, help="Processes for the --tune search of the tables; with more than one, each LightGBM fit "
+                    "takes one thread (its figures move a little with the thread count).")] = 1,
     parts_dir: Annotated[Path | None, typer.Option(
         "--parts-dir", help="Save each part of the --tune search here as it ends; a rerun of the same search "
                             "and code reads the saved parts instead of fitting them again.")] = None,

@@ -130,8 +130,9 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
     fixed
         Registered models without knobs, run once on the same folds.
     workers
-        Processes to run each table's models in, as that many parts
-        (:mod:`leap.training.alternatives.search_parts`); the figures do not depend on it.
+        Processes to run the tables' models in, in parts
+        (:mod:`leap.training.alternatives.search_parts`); with more than one, every model that
+        takes ``num_threads`` fits on one thread.
     parts_dir
         Where each part is saved as it ends, and read from by a rerun of the same search.
 
@@ -139,7 +140,7 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
     -------
     dict
         ``{"draws", "seed", "settings": {family: [setting, ...]}, "results": {table stem:
-        evaluate(...)}}`` with the draws named by :func:`draw_name`.
+        evaluate(...)}, "threads_per_fit"}`` with the draws named by :func:`draw_name`.
     """
     from leap.training.alternatives.search_parts import evaluate_in_parts
     from leap.training.measurements.table import load_table
@@ -149,7 +150,12 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
         raise ValueError(f"no search space for {', '.join(unknown)}; families: {', '.join(CLASSES)}")
     settings = {f: settings_of(f, draws, seed) for f in families}
     inert = {path.stem: _inert(families, len(load_table(path))) for path in paths}
-    jobs = [(path, [*((draw_name(f, k), f, s) for f in families for k, s in enumerate(settings[f])
+    # Side by side, each fit takes one thread: LightGBM's OpenMP threads spin, and two processes of
+    # two threads each on two cores ran several times slower than one. (LightGBM's figures move a
+    # little with the thread count, so a search is compared with searches of the same workers.)
+    threads = {f: {"num_threads": 1} if workers > 1 and "num_threads" in inspect.signature(CLASSES[f]).parameters
+               else {} for f in families}
+    jobs = [(path, [*((draw_name(f, k), f, {**s, **threads[f]}) for f in families for k, s in enumerate(settings[f])
                       if f not in inert[path.stem] or k == 0), *((name, None, {}) for name in fixed)])
             for path in paths]
     for path, specs in jobs:
@@ -162,7 +168,8 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
                 block["models"].update({draw_name(f, k): {**block["models"][draw_name(f, 0)], "same_as_draw": 0}
                                         for k in range(1, len(settings[f]))})
         result["inert"] = inert[stem]
-    return {"draws": draws, "seed": seed, "settings": settings, "results": results}
+    return {"draws": draws, "seed": seed, "settings": settings, "results": results,
+            "threads_per_fit": 1 if workers > 1 else "the models' own"}
 
 
 def _inert(families: Sequence[str], table_rows: int) -> list[str]:
@@ -282,6 +289,7 @@ def chosen_tables(search: dict[str, Any], names: Sequence[str]) -> tuple[dict[st
     first = next(iter(search["results"].values()))
     tuning = {"draws": draws, "seed": seed, "rotation": rotation,
               "tables": list(search["results"]), "protocols": list(first["protocols"]),
+              "threads_per_fit": search.get("threads_per_fit"),
               "acc10": {f: np.round(table_scores(search, f), 4).tolist() for f in families},
               "settings": {f: [_plain(x) for x in v] for f, v in search["settings"].items()}}
     return tables, tuning
@@ -352,10 +360,12 @@ def join_searches(searches: Sequence[dict[str, Any]]) -> dict[str, Any]:
         Searches of different draws, seeds or settings, or a table twice.
     """
     first = searches[0]
-    out = {"draws": first["draws"], "seed": first["seed"], "settings": first["settings"], "results": {}}
+    out = {"draws": first["draws"], "seed": first["seed"], "settings": first["settings"],
+           "threads_per_fit": first.get("threads_per_fit"), "results": {}}
     for search in searches:
-        if (search["draws"], search["seed"], search["settings"]) != (out["draws"], out["seed"], out["settings"]):
-            raise ValueError("searches of different draws, seeds or settings cannot be joined")
+        if (search["draws"], search["seed"], search["settings"], search.get("threads_per_fit")) != (
+                out["draws"], out["seed"], out["settings"], out["threads_per_fit"]):
+            raise ValueError("searches of different draws, seeds, settings or threads cannot be joined")
         twice = set(search["results"]) & set(out["results"])
         if twice:
             raise ValueError(f"{', '.join(sorted(twice))} in more than one search")
