@@ -3,8 +3,9 @@
 A tuned contest fits every draw of every family on every table under both protocols; where the
 served model's draws are real fits, one table alone is hours of one core. Each model is made from
 its setting and the seed alone and scored on folds that depend only on the table and the seed,
-so a table's models split into parts give the figures of one run (:func:`join_parts` puts them
-back together, model by model, in the order they were asked). Parts run in ``spawn`` processes
+so a table's models split into parts give the figures of one run with the same threads per fit
+(:func:`join_parts` puts them back together, model by model, in the order they were asked;
+LightGBM's figures move with its thread count, which the caller fixes). Parts run in ``spawn`` processes
 (a forked LightGBM or BLAS may hold a lock another thread took), and with ``parts_dir`` each part
 is written as it ends, named by a digest of the table's bytes, the seed and the part's models and
 settings, so that a run stopped halfway resumes where it stopped. A saved part is reused only by a
