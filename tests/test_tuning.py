@@ -185,9 +185,9 @@ def test_a_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(tm
 
 
 def test_parts_split_the_costly_fits_first_and_leave_none_empty() -> None:
-    from leap.training.alternatives.search_parts import split
+    from leap.training.alternatives.search_parts import Spec, split
 
-    specs = [("ridge#0", "ridge", {}), ("lightgbm#0", "lightgbm", {}), ("lightgbm#1", "lightgbm", {}),
+    specs: list[Spec] = [("ridge#0", "ridge", {}), ("lightgbm#0", "lightgbm", {}), ("lightgbm#1", "lightgbm", {}),
              ("transfer", None, {})]
     parts = split(specs, 2)
     assert [[name for name, _, _ in p if name.startswith("lightgbm")] for p in parts] == [["lightgbm#0"],

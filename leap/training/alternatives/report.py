@@ -75,7 +75,7 @@ def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if stem not in out["tables"]:
                 out["tables"][stem] = copy.deepcopy(table)
                 continue
-            _merge_table(stem, out["tables"][stem], table)
+            merge_table(stem, out["tables"][stem], table)
     return out
 
 
@@ -109,7 +109,7 @@ def _merge_simulator(into: dict[str, Any], sim: dict[str, Any]) -> None:
             day["by_evidence"][level].update({n: figures[n] for n in names})
 
 
-def _merge_table(stem: str, into: dict[str, Any], table: dict[str, Any]) -> None:
+def merge_table(stem: str, into: dict[str, Any], table: dict[str, Any]) -> None:
     """Add ``table``'s models to ``into`` (the same table's earlier result), checking the folds agree."""
     for key in ("rows", "jobs", "seed"):
         if into.get(key) != table.get(key):

@@ -14,6 +14,7 @@ run of the same code: the digest does not cover the code.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import multiprocessing
@@ -89,19 +90,21 @@ def _factory(make: Maker, family: str, setting: dict[str, Any], seed: int) -> Ca
 
 
 def join_parts(parts: Sequence[dict[str, Any]], order: Sequence[str]) -> dict[str, Any]:
-    """One table's result from its parts' :func:`evaluate_part` results: every model's scores in
-    ``order``, seconds summed (CPU time over the parts, not wall time)."""
-    first = parts[0]
-    protocols = {}
-    for protocol, block in first["protocols"].items():
-        models = {name: scores for part in parts for name, scores in part["protocols"][protocol]["models"].items()}
-        missing = [name for name in order if name not in models]
+    """One table's result from its parts' :func:`evaluate_part` results, joined as
+    ``leap alternatives-report`` joins results of other models on the same folds
+    (:func:`leap.training.alternatives.report.merge_table`: the folds must agree; seconds are
+    summed over the parts, not wall time), every model's scores in ``order``."""
+    from leap.training.alternatives.report import merge_table
+
+    out = copy.deepcopy(parts[0])
+    for part in parts[1:]:
+        merge_table(Path(out["file"]).stem, out, part)
+    for protocol, block in out["protocols"].items():
+        missing = [name for name in order if name not in block["models"]]
         if missing:
             raise ValueError(f"no part scored {', '.join(missing)} under {protocol}")
-        protocols[protocol] = {**block, "models": {name: models[name] for name in order},
-                               "seconds": round(sum(p["protocols"][protocol]["seconds"] for p in parts), 2)}
-    return {**first, "models": list(order), "protocols": protocols,
-            "seconds": round(sum(p["seconds"] for p in parts), 2)}
+        block["models"] = {name: block["models"][name] for name in order}
+    return {**out, "models": list(order)}
 
 
 def evaluate_in_parts(jobs: Sequence[tuple[Path, Sequence[Spec]]], seed: int, make: Maker, workers: int = 1,
