@@ -128,10 +128,15 @@ def test_a_bad_target_is_refused(examples: Examples) -> None:
         PairwiseLightGBM(reference="raw").fit(examples.rows, examples.y)
 
 
-def test_tune_on_history_chooses_each_familys_best_night_score(tmp_path: Path) -> None:
-    out = tmp_path / "h"
+@pytest.fixture(scope="module")
+def tuning_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tuning-history") / "h"
     write_history(simulate(seed=31, days=3, attempts_per_day=300, start=parse_day("2025-03-01")), out)
-    choice = tuning.tune_on_history(out, ["ridge", "lightgbm_plain"], draws=3, days=1, pick_sample=20)
+    return out
+
+
+def test_tune_on_history_chooses_each_familys_best_night_score(tuning_history: Path) -> None:
+    choice = tuning.tune_on_history(tuning_history, ["ridge", "lightgbm_plain"], draws=3, days=1, pick_sample=20)
     for family in ("ridge", "lightgbm_plain"):
         scores = choice["acc10"][family]
         chosen = choice["chosen"][family]
@@ -182,6 +187,41 @@ def test_a_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(tm
     finally:
         search_parts.evaluate_part = original
     assert _json(again["results"]) == _json(two["results"])
+
+
+def test_a_history_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(
+        tuning_history: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from leap.training.alternatives import search_parts
+
+    families = ["ridge", "knn"]
+    one = tuning.tune_on_history(tuning_history, families, draws=2, days=1, pick_sample=20)
+    parts_dir = tmp_path / "parts"
+    two = tuning.tune_on_history(tuning_history, families, draws=2, days=1, pick_sample=20, workers=2,
+                                 parts_dir=parts_dir)
+    assert len(list(parts_dir.glob("history-*.json"))) == 2  # two cheap parts, one per worker, each saved
+    assert two["threads_per_fit"] == 1 and one["threads_per_fit"] != 1
+    assert two["data_hash"] == one["data_hash"]
+    assert _json(two["acc10"]) == _json(one["acc10"]) and _json(two["chosen"]) == _json(one["chosen"])
+
+    def refit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a saved part was run again, or the rows built again")
+
+    monkeypatch.setattr(search_parts, "backtest_part", refit)
+    monkeypatch.setattr("leap.training.backtest.history_examples", refit)
+    again = tuning.tune_on_history(tuning_history, families, draws=2, days=1, pick_sample=20, workers=2,
+                                   parts_dir=parts_dir)
+    assert _json(again) == _json(two)
+
+
+def test_parts_of_other_nights_are_refused_together(tuning_history: Path) -> None:
+    from leap.training.alternatives.search_parts import join_nights
+
+    part = {"data_hash": "a", "days": 1, "window_days": 30, "seed": 0, "per_day": [], "mean": {"x": {}},
+            "by_evidence": {}, "models": ["x"]}
+    with pytest.raises(ValueError, match="data_hash"):
+        join_nights([part, {**part, "data_hash": "b", "mean": {"y": {}}}], ["x", "y"])
+    with pytest.raises(ValueError, match="no part scored z"):
+        join_nights([part], ["x", "z"])
 
 
 def test_parts_split_the_costly_fits_first_and_leave_none_empty() -> None:

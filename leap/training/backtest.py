@@ -317,7 +317,7 @@ def backtest(
         If the history is too short, or no day had both training and test examples.
     """
     catalogue = catalogue or load_catalogue()
-    history, ex, first_test = _history_examples(history_dir, days, catalogue, progress, examples)
+    history, ex, first_test = history_examples(history_dir, days, catalogue, progress, examples)
     ex = new_types.for_nightly_fits(ex, history, catalogue, [first_test + d * DAY for d in range(days)], window_days)
     oracle = OracleTables.read(history, catalogue)
     per_day: list[dict[str, Any]] = []
@@ -336,16 +336,19 @@ def backtest(
     return {**_summarise(per_day, errors, window_days, history.digest), "params": dict(params or {})}
 
 
-def _history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,
-                      examples: tuple[History, Examples] | None) -> tuple[History, Examples, float]:
-    """The history, its examples and the first test day; rows are built unless given."""
+def history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,
+                     examples: tuple[History, Examples] | None = None, full_per_day: int = 1500,
+                     ) -> tuple[History, Examples, float]:
+    """The history, its examples and the first of the last ``days`` test days; rows are built
+    unless given, with every candidate's rows for ``full_per_day`` attempts of each test day."""
     if examples is not None:
         history, ex = examples
         return history, ex, first_test_day(history, days)
     history = read_history(history_dir)
     # Checked before building the rows, the slow part, so a short history fails at once.
     first_test = checked_first_test_day(history, days)
-    return history, build_examples_with_progress(history, catalogue, progress, full_from=first_test), first_test
+    ex = build_examples_with_progress(history, catalogue, progress, full_from=first_test, full_per_day=full_per_day)
+    return history, ex, first_test
 
 
 def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any] | None,

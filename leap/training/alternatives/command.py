@@ -90,8 +90,8 @@ def alternatives_cmd(
                                "family; a seed used for nothing else).")] = None,
     tune_days: Annotated[int, typer.Option(min=1, help="Nightly retrains of --tune-history to choose on.")] = 3,
     workers: Annotated[int, typer.Option(
-        min=1, help="Processes for the --tune search of the tables; with more than one, each LightGBM fit "
-                    "takes one thread (its figures move a little with the thread count).")] = 1,
+        min=1, help="Processes for the --tune searches (tables, --tune-history); with more than one, each "
+                    "LightGBM fit takes one thread (its figures move a little with the thread count).")] = 1,
     parts_dir: Annotated[Path | None, typer.Option(
         "--parts-dir", help="Save each part of the --tune search here as it ends; a rerun of the same search "
                             "and code reads the saved parts instead of fitting them again.")] = None,
@@ -125,7 +125,7 @@ def alternatives_cmd(
         from leap.training.alternatives.tuning import CLASSES, tune_on_history
 
         choice = tune_on_history(tune_history, [n for n in names if n in CLASSES], tune, tune_days, window_days,
-                                 seed, console)
+                                 seed, console, workers=workers, parts_dir=parts_dir)
     result = _run(history, names, paths, (days, window_days, pick_sample), seed, MeasurementError,
                   (tune, workers, parts_dir), choice)
     _print(result)

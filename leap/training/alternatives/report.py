@@ -65,7 +65,7 @@ def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"models": [], "seed": results[0].get("seed"),
                            "simulator": copy.deepcopy(simulators[0]) if simulators else None, "tables": {}}
     for simulator in simulators[1:]:
-        _merge_simulator(out["simulator"], simulator)
+        merge_simulator(out["simulator"], simulator)
     tuned = [r["tuning"] for r in results if r.get("tuning")]
     if tuned:
         out["tuning"] = copy.deepcopy(tuned[0])  # the search that chose the tuned models' settings
@@ -79,7 +79,7 @@ def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _merge_simulator(into: dict[str, Any], sim: dict[str, Any]) -> None:
+def merge_simulator(into: dict[str, Any], sim: dict[str, Any]) -> None:
     """Add ``sim``'s models to ``into`` (a backtest of the same history and nights)."""
     for key in ("data_hash", "days", "window_days", "seed"):
         if into.get(key) != sim.get(key):

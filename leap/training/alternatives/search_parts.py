@@ -150,3 +150,104 @@ def evaluate_in_parts(jobs: Sequence[tuple[Path, Sequence[Spec]]], seed: int, ma
 def _say(progress: Any, line: str) -> None:
     if progress is not None:
         progress.print(line)
+
+
+# The simulator's search: the same parts, each a backtest of the same nights (one set of rows,
+# built once and handed to the parts in a file).
+
+#: ``(days, window_days, pick_sample)`` of a simulator backtest.
+Nights = tuple[int, int, int]
+
+
+def night_part_path(parts_dir: Path, data_hash: str, nights: Nights, seed: int, specs: Sequence[Spec]) -> Path:
+    """Where a simulator part is saved: a digest of the history's data hash, the nights, the seed
+    and the specs."""
+    key = orjson.dumps([data_hash, list(nights), seed, [list(s) for s in specs]], option=orjson.OPT_SORT_KEYS)
+    return parts_dir / f"history-{hashlib.sha256(key).hexdigest()[:16]}.json"
+
+
+def backtest_part(history_dir: Path, examples: Path | None, specs: Sequence[Spec], make: Maker, nights: Nights,
+                  seed: int, save: Path | None) -> dict[str, Any]:
+    """:func:`leap.training.alternatives.simulated.backtest_alternatives` of one part's models on
+    the rows pickled in ``examples`` (None: built here), written to ``save`` when given."""
+    import pickle
+
+    from leap.training.alternatives.simulated import backtest_alternatives
+
+    built = pickle.loads(examples.read_bytes()) if examples is not None else None
+    factories = {name: _seeded(make, family or "", setting) for name, family, setting in specs}
+    days, window_days, pick_sample = nights
+    result = backtest_alternatives(history_dir, factories, days=days, window_days=window_days, seed=seed,
+                                   examples=built, pick_sample=pick_sample)
+    if save is not None:
+        partial = save.with_suffix(".partial")
+        partial.write_bytes(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))
+        partial.replace(save)
+    return result
+
+
+def _seeded(make: Maker, family: str, setting: dict[str, Any]) -> Callable[[int], Any]:
+    def factory(seed: int = 0) -> Any:
+        return make(family, setting, seed)
+
+    return factory
+
+
+def join_nights(parts: Sequence[dict[str, Any]], order: Sequence[str]) -> dict[str, Any]:
+    """One backtest from its parts' results (the same nights: :func:`leap.training.alternatives.report.merge_simulator`
+    checks), every model's figures in ``order``."""
+    from leap.training.alternatives.report import merge_simulator
+
+    out = copy.deepcopy(parts[0])
+    for part in parts[1:]:
+        merge_simulator(out, part)
+    missing = [name for name in order if name not in out["mean"]]
+    if missing:
+        raise ValueError(f"no part scored {', '.join(missing)}")
+    out["mean"] = {name: out["mean"][name] for name in order}
+    return {**out, "models": list(order)}
+
+
+def backtest_in_parts(history_dir: Path, specs: Sequence[Spec], make: Maker, nights: Nights, seed: int,
+                      workers: int = 1, parts_dir: Path | None = None, progress: Any = None) -> dict[str, Any]:
+    """Every model of ``specs`` on the same nights of a simulated history, as one backtest, run by
+    ``workers`` processes in parts of at most about :data:`PART_COST`; parts found saved in
+    ``parts_dir`` are read, not run, and the rows are built once, only if a part is left to run."""
+    import pickle
+    import tempfile
+
+    from leap.core.hardware import load_catalogue
+    from leap.training.backtest import history_examples
+    from leap.training.dataset import read_history
+
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers == 1 and parts_dir is None:
+        return backtest_part(history_dir, None, specs, make, nights, seed, None)
+    count = max(workers, math.ceil(cost(specs) / PART_COST))
+    planned = split(specs, count)
+    saves: list[Path | None] = [None] * len(planned)
+    done: dict[int, dict[str, Any]] = {}
+    if parts_dir is not None:
+        parts_dir.mkdir(parents=True, exist_ok=True)
+        data_hash = read_history(history_dir).digest
+        saves = [night_part_path(parts_dir, data_hash, nights, seed, part) for part in planned]
+        done = {i: orjson.loads(s.read_bytes()) for i, s in enumerate(saves) if s is not None and s.is_file()}
+    todo = [i for i in range(len(planned)) if i not in done]
+    _say(progress, f"{history_dir}: {len(planned)} parts, {len(done)} read, {len(todo)} to run by {workers} "
+                   "process(es)")
+    if todo:
+        history, ex, _ = history_examples(history_dir, nights[0], load_catalogue(), progress, full_per_day=nights[2])
+        with tempfile.TemporaryDirectory(dir=parts_dir) as tmp:
+            rows = Path(tmp) / "examples.pickle"
+            rows.write_bytes(pickle.dumps((history, ex), protocol=pickle.HIGHEST_PROTOCOL))
+            del history, ex
+            t0 = time.perf_counter()
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = {pool.submit(backtest_part, history_dir, rows, planned[i], make, nights, seed, saves[i]): i
+                           for i in todo}
+                for future in as_completed(futures):
+                    done[futures[future]] = future.result()
+                    _say(progress, f"{history_dir}: part of {len(planned[futures[future]])} models done "
+                                   f"({len(done)} of {len(planned)} parts, {time.perf_counter() - t0:.0f} s)")
+    return join_nights([done[i] for i in range(len(planned))], [name for name, _, _ in specs])

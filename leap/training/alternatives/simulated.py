@@ -27,9 +27,9 @@ from leap.training.alternatives import Factory, fit
 
 # Private steps of the backtest, imported rather than copied so that both reports score alike;
 # the report asks for them to become public (or for a models hook on backtest()).
-from leap.training.backtest import OracleTables, by_evidence, pick_metrics
-from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
-from leap.training.days import checked_first_test_day, day_text, submitted_on, training_rows
+from leap.training.backtest import OracleTables, by_evidence, history_examples, pick_metrics
+from leap.training.dataset import DAY, Examples, History
+from leap.training.days import day_text, submitted_on, training_rows
 from streams.events import Submission
 
 #: Figures averaged over the nights, in report order.
@@ -136,7 +136,7 @@ def backtest_alternatives(
         A history too short for ``days`` test days, or no night with training and test rows.
     """
     catalogue = catalogue or load_catalogue()
-    history, ex, first_test = _examples(history_dir, examples, days, catalogue, progress, pick_sample)
+    history, ex, first_test = history_examples(history_dir, days, catalogue, progress, examples, pick_sample)
     oracle = OracleTables.read(history, catalogue)
     per_day = []
     for d in range(days):
@@ -150,17 +150,6 @@ def backtest_alternatives(
         figures["pick_sample"] = pick_sample  # per model, so results with other samples can be merged
     return {"history": str(history_dir), "data_hash": history.digest, "days": len(per_day),
             "window_days": window_days, "seed": seed, "models": list(models), **summary}
-
-
-def _examples(history_dir: Path, examples: tuple[History, Examples] | None, days: int, catalogue: Catalogue,
-              progress: Any, pick_sample: int) -> tuple[History, Examples, float]:
-    """The history, its examples (built unless given) and the first test day."""
-    if examples is not None:
-        return examples[0], examples[1], checked_first_test_day(examples[0], days)
-    history = read_history(history_dir)
-    first_test = checked_first_test_day(history, days)  # before the slow part: fail at once
-    ex = build_examples_with_progress(history, catalogue, progress, full_from=first_test, full_per_day=pick_sample)
-    return history, ex, first_test
 
 
 def _means(per_day: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:

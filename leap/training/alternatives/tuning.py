@@ -150,11 +150,7 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
         raise ValueError(f"no search space for {', '.join(unknown)}; families: {', '.join(CLASSES)}")
     settings = {f: settings_of(f, draws, seed) for f in families}
     inert = {path.stem: _inert(families, len(load_table(path))) for path in paths}
-    # Side by side, each fit takes one thread: LightGBM's OpenMP threads spin, and two processes of
-    # two threads each on two cores ran several times slower than one. (LightGBM's figures move a
-    # little with the thread count, so a search is compared with searches of the same workers.)
-    threads = {f: {"num_threads": 1} if workers > 1 and "num_threads" in inspect.signature(CLASSES[f]).parameters
-               else {} for f in families}
+    threads = _threads(families, workers)
     jobs = [(path, [*((draw_name(f, k), f, {**s, **threads[f]}) for f in families for k, s in enumerate(settings[f])
                       if f not in inert[path.stem] or k == 0), *((name, None, {}) for name in fixed)])
             for path in paths]
@@ -315,30 +311,43 @@ def _chosen(result: dict[str, Any], chosen: dict[str, Any], names: Sequence[str]
 
 def tune_on_history(history: Path, families: Sequence[str], draws: int = DRAWS, days: int = 3,
                     window_days: int = 30, seed: int = 0, progress: Any = None,
-                    pick_sample: int = 200) -> dict[str, Any]:
+                    pick_sample: int = 200, workers: int = 1, parts_dir: Path | None = None) -> dict[str, Any]:
     """Every draw of every family on the last ``days`` nightly retrains of a tuning history (a
     simulator seed used for nothing else), and each family's best draw by mean acc@10.
+
+    ``workers`` and ``parts_dir`` as :func:`search_tables` takes them
+    (:func:`leap.training.alternatives.search_parts.backtest_in_parts`).
 
     Returns
     -------
     dict
-        ``{"history", "days", "draws", "chosen": {family: {"draw", "settings", "acc10",
-        "defaults_acc10"}}, "acc10": {family: [mean acc@10 per draw]}}``.
+        ``{"history", "data_hash", "days", "draws", "threads_per_fit", "chosen": {family: {"draw",
+        "settings", "acc10", "defaults_acc10"}}, "acc10": {family: [mean acc@10 per draw]}}``.
     """
-    from leap.training.alternatives.simulated import backtest_alternatives
+    from leap.training.alternatives.search_parts import backtest_in_parts
 
     settings = {f: settings_of(f, draws, seed) for f in families}
-    factories = {draw_name(f, k): _seeded(f, s) for f in families for k, s in enumerate(settings[f])}
-    result = backtest_alternatives(history, factories, days=days, window_days=window_days, seed=seed,
-                                   progress=progress, pick_sample=pick_sample)
+    threads = _threads(families, workers)
+    specs = [(draw_name(f, k), f, {**s, **threads[f]}) for f in families for k, s in enumerate(settings[f])]
+    result = backtest_in_parts(history, specs, make, (days, window_days, pick_sample), seed, workers, parts_dir,
+                               progress)
     acc = {f: [float(result["mean"][draw_name(f, k)]["acc@10"]) for k in range(len(settings[f]))] for f in families}
     chosen = {}
     for f in families:
         k = int(np.argmax(np.nan_to_num(acc[f], nan=0.0)))
         chosen[f] = {"draw": k, "settings": _plain(settings[f][k]), "acc10": round(acc[f][k], 4),
                      "defaults_acc10": round(acc[f][0], 4)}
-    return {"history": str(history), "days": result["days"], "draws": draws, "chosen": chosen,
+    return {"history": str(history), "data_hash": result["data_hash"], "days": result["days"], "draws": draws,
+            "threads_per_fit": 1 if workers > 1 else "the models' own", "chosen": chosen,
             "acc10": {f: [round(a, 4) for a in v] for f, v in acc.items()}}
+
+
+def _threads(families: Sequence[str], workers: int) -> dict[str, dict[str, Any]]:
+    """Side by side, each fit takes one thread: LightGBM's OpenMP threads spin, and two processes of
+    two threads each on two cores ran several times slower than one. (LightGBM's figures move a
+    little with the thread count, so a search is compared with searches of the same workers.)"""
+    return {f: {"num_threads": 1} if workers > 1 and "num_threads" in inspect.signature(CLASSES[f]).parameters
+            else {} for f in families}
 
 
 def chosen_factories(choice: dict[str, Any]) -> dict[str, Callable[..., Any]]:
