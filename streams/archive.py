@@ -158,6 +158,19 @@ def split_by_day(table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
             yield _day_text(int(days[lo])), table.slice(int(lo), int(hi - lo))
 
 
+def write_by_day(root: Path, tables: Mapping[str, pa.Table]) -> dict[str, int]:
+    """Write whole tables as one ``part-0.parquet`` per table and day (:func:`split_by_day`,
+    :func:`day_folder`), as a history is written at once; returns the rows written per table."""
+    counts: dict[str, int] = {}
+    for name, table in tables.items():
+        counts[name] = table.num_rows
+        for day, part in split_by_day(table):
+            folder = day_folder(root, name, day)
+            folder.mkdir(parents=True, exist_ok=True)
+            pq.write_table(part, folder / "part-0.parquet")
+    return counts
+
+
 def drop_duplicate_events(table: pa.Table) -> pa.Table:
     """Keep the first row of each ``event_id`` (an at-least-once archive may hold repeats)."""
     if "event_id" not in table.column_names or table.num_rows == 0:

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from leap.fleet.arrays import FRAMEWORKS, F, HardwareArrays, I, JobConfig, hardware_arrays
 from leap.fleet.changes import change_kind
@@ -44,7 +43,7 @@ from leap.fleet.engine import (
 from leap.fleet.jobs import Jobs, sample_jobs
 from leap.fleet.teams import PREFERENCES, Teams, sample_teams
 from leap.fleet.workloads import model_types
-from streams.archive import day_folder, from_columns, split_by_day, table_name
+from streams.archive import from_columns, table_name, write_by_day
 from streams.events import PRECISIONS, SCHEMA_VERSION, JobFinish, JobStart, Submission
 
 
@@ -375,11 +374,4 @@ def write_history(h: History, out: Path, hw: HardwareArrays | None = None) -> di
     One ``part-0.parquet`` per table and day, in the archive's day folders
     (:func:`streams.archive.day_folder`).
     """
-    counts: dict[str, int] = {}
-    for name, tab in tables(h, hw).items():
-        counts[name] = tab.num_rows
-        for day, part in split_by_day(tab):
-            folder = day_folder(out, name, day)
-            folder.mkdir(parents=True, exist_ok=True)
-            pq.write_table(part, folder / "part-0.parquet")
-    return counts
+    return write_by_day(out, tables(h, hw))

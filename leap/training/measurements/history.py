@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from leap.core.hardware import Catalogue
 from leap.training.dataset import DAY, History
 from leap.training.measurements.pairs import config_ids
 from leap.training.measurements.table import MeasurementError, Table
-from streams.archive import day_folder, split_by_day, to_table
+from streams.archive import to_table, write_by_day
 from streams.events import PRECISIONS, EventError, JobFinish, JobStart, Submission
 
 #: 2024-01-01 00:00 UTC: a fixed origin, so that a conversion is reproducible.
@@ -221,11 +220,4 @@ def write_history(h: History, out: Path) -> dict[str, int]:
     """
     if any((out / name).exists() for name in ("submissions", "starts", "finishes")):
         raise MeasurementError(f"{out}: already holds an archive; choose an empty folder")
-    counts: dict[str, int] = {}
-    for name, tab in (("submissions", h.submissions), ("starts", h.starts), ("finishes", h.finishes)):
-        counts[name] = tab.num_rows
-        for day, part in split_by_day(tab):
-            folder = day_folder(out, name, day)
-            folder.mkdir(parents=True, exist_ok=True)
-            pq.write_table(part, folder / "part-0.parquet")
-    return counts
+    return write_by_day(out, {"submissions": h.submissions, "starts": h.starts, "finishes": h.finishes})
