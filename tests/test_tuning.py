@@ -147,7 +147,7 @@ def test_tune_on_history_chooses_each_familys_best_night_score(tuning_history: P
     assert isinstance(model, RidgeThroughput)
 
 
-def test_cli_tune_needs_two_tables(tmp_path: Path) -> None:
+def test_cli_tune_needs_two_tables_or_a_tuning_history(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from leap.cli import app
@@ -155,6 +155,9 @@ def test_cli_tune_needs_two_tables(tmp_path: Path) -> None:
     one = slice_table(GAVEL, tmp_path / "a.csv", {"LM", "ResNet-18", "Transformer"})
     res = CliRunner().invoke(app, ["alternatives", "--tables", str(one), "--tune", "2", "--models", "ridge"])
     assert res.exit_code == 2 and "at least two tables" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["alternatives", "--tables", "none", "--history", str(tmp_path), "--tune", "2",
+                                   "--models", "ridge"])
+    assert res.exit_code == 2 and "--tune-history for the simulator" in " ".join(res.output.split())
 
 
 def test_a_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(tmp_path: Path) -> None:

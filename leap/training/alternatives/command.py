@@ -116,8 +116,10 @@ def alternatives_cmd(
         raise _fail("nothing to run: give --history for the simulator backtest, or tables to --tables")
     if plot_path is not None and plot_path.suffix.lower() != ".png":
         raise _fail(f"--plot writes a PNG: give a path ending in .png, not {plot_path.name!r}")
-    if tune and len(paths) < 2:
+    if tune and len(paths) == 1:
         raise _fail("--tune chooses a table's settings on the other tables: give at least two tables")
+    if tune and not paths and tune_history is None:
+        raise _fail("--tune needs two tables or more, or --tune-history for the simulator")
     if tune_history is not None and (not tune or history is None or not tune_history.is_dir()):
         raise _fail("--tune-history needs --tune, --history and an existing folder")
     choice = None
