@@ -192,6 +192,28 @@ def test_a_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(tm
     assert _json(again["results"]) == _json(two["results"])
 
 
+def test_cli_tunes_the_simulator_on_its_tuning_history_and_reports_the_served_defaults_beside(
+        tuning_history: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from leap.cli import app
+
+    out = tmp_path / "sim.json"
+    res = CliRunner().invoke(app, ["alternatives", "--history", str(tuning_history), "--days", "1", "--tables", "none",
+                                   "--tune", "2", "--tune-history", str(tuning_history), "--tune-days", "1",
+                                   "--models", "lightgbm,ridge,transfer_paired", "--pick-sample", "20",
+                                   "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    result = orjson.loads(out.read_bytes())
+    chosen = result["tuning"]["simulator"]["chosen"]
+    assert set(chosen) == {"lightgbm", "ridge"}  # the families with knobs; the baseline has none
+    assert result["simulator"]["models"] == ["lightgbm", "ridge", "transfer_paired", tuning.SERVED_DEFAULTS]
+    searched = result["tuning"]["simulator"]["acc10"]["lightgbm"]
+    assert result["simulator"]["mean"][tuning.SERVED_DEFAULTS]["acc@10"] == pytest.approx(searched[0], abs=1e-4)
+    assert result["simulator"]["mean"]["lightgbm"]["acc@10"] == pytest.approx(searched[chosen["lightgbm"]["draw"]],
+                                                                             abs=1e-4)
+
+
 def test_a_history_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(
         tuning_history: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from leap.training.alternatives import search_parts

@@ -147,9 +147,11 @@ def _run(history: Path | None, names: list[str], paths: list[Path], nights: tupl
 
     factories = {n: ALTERNATIVES[n] for n in names}
     if choice is not None:
-        from leap.training.alternatives.tuning import chosen_factories
+        from leap.training.alternatives.tuning import SERVED_DEFAULTS, chosen_factories
 
         factories.update(chosen_factories(choice))
+        if "lightgbm" in choice["chosen"]:  # the served model as shipped, beside its tuned draw
+            factories[SERVED_DEFAULTS] = ALTERNATIVES["lightgbm"]
     try:
         simulator = None if history is None else backtest_alternatives(
             history, factories, days=days, window_days=window_days, seed=seed, progress=console,
