@@ -175,8 +175,9 @@ def _settings_lines(result: dict[str, Any]) -> list[str]:
         lines.append("")
     sim = tuning.get("simulator")
     if sim:
+        nights = f"{sim['days']} night{'s' if sim['days'] != 1 else ''}"
         lines += ["## Settings chosen (simulator)", "",
-                  f"{sim['draws']} settings per family on {sim['history']}, {sim['days']} night{'s' if sim['days'] != 1 else ''}, by mean acc@10.", "",
+                  f"{sim['draws']} settings per family on {sim['history']}, {nights}, by mean acc@10.", "",
                   "| model | settings ({} = defaults) | acc@10 | defaults |", "|---|---|---:|---:|"]
         lines += [f"| {f} | `{_setting_text(c['settings'])}` | {c['acc10']:.3f} | {c['defaults_acc10']:.3f} |"
                   for f, c in sim["chosen"].items()]
