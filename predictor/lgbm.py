@@ -177,12 +177,12 @@ class LightGBMThroughput(ThroughputModel):
         self.job_effects, self.blend, self.trust = job_effects, blend, trust
         self.correction, self.selectors, self.gate = correction, selectors, gate
         self.seed = seed
-        # Serving predicts a batch of a few hundred rows: one thread avoids OpenMP start-up and
-        # contention with the rest of the worker; what a single thread costs is paid once per batch.
+        # A served batch is a few hundred rows: one thread, no OpenMP start-up or contention with the worker.
         self.predict_threads = 1
         self.booster_: lgb.Booster | None = None
         self.base_: lgb.Booster | None = None
         self.roofline_: LearnedRoofline | None = None
+        self.base_ratio_span_: tuple[float, float] | None = None  # base log ratios on its training rows
         self.trees_: dict[str, TreePredictor] = {}  # compiled boosters by name (compile_trees); absent: LightGBM
         self.selectors_: dict[str, lgb.Booster] = {}  # by name: which estimate a row serves (predictor.selector)
         self.base_features_: list[str] = []
@@ -266,6 +266,8 @@ class LightGBMThroughput(ThroughputModel):
             else:
                 base = np.asarray(trees.predict(x, num_threads=self.predict_threads))
         ratio = base - base_prior
+        if self.base_ratio_span_ is not None:
+            ratio = np.clip(ratio, *self.base_ratio_span_)  # NaN stays NaN
         base_transfer = rows["prior_other_log"] + ratio
         blended = base_transfer
         if "paired" in self.feature_groups:
@@ -451,7 +453,7 @@ class LightGBMThroughput(ThroughputModel):
     def _fit_base(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
         """Fit the base model (and the learned roofline it reads) on log throughput of ``rows``;
         ``groups`` (job keys, or None) is used to remove each job's own speed factor."""
-        self.base_ = self.roofline_ = None
+        self.base_ = self.roofline_ = self.base_ratio_span_ = None
         self.model_types_ = set(rows["model_type"].astype(str).tolist())
         if not self._uses_base():
             return
@@ -485,6 +487,12 @@ class LightGBMThroughput(ThroughputModel):
             self.base_features_.append(LEARNED_ROOFLINE)
         if (groups is not None and self.job_effects) or self.roofline_ is not None:
             self.base_ = train_base(target)
+        # Linear leaves extrapolate: for a configuration far from those it was fitted on, the ratio
+        # between two parts can take any size (e^19 on one simulator row). Ratios are kept within
+        # the span the base model gives its own training rows.
+        ratio = self._with_base(rows)["base_ratio"]
+        finite = ratio[np.isfinite(ratio)]
+        self.base_ratio_span_ = (float(finite.min()), float(finite.max())) if finite.size else None
 
     def _fit_main(self, rows: Rows, y: np.ndarray) -> None:
         """Fit the main model on its target against the anchors (after the base model)."""
@@ -631,6 +639,7 @@ class LightGBMThroughput(ThroughputModel):
             "blend_k": self.blend_k_ if np.isfinite(self.blend_k_) else None,
             "blend_k_new_type": self.blend_k_new_type_ if np.isfinite(self.blend_k_new_type_) else None,
             "base_features": self.base_features_, "hardware_specs": self.hardware_specs_,
+            "base_ratio_span": list(self.base_ratio_span_) if self.base_ratio_span_ is not None else None,
             "roofline": self.roofline_.state() if self.roofline_ is not None else None,
         }
 
@@ -665,6 +674,8 @@ class LightGBMThroughput(ThroughputModel):
         self.categories_ = dict(state.get("categories", CATEGORY_SETTINGS))
         self.base_features_ = list(state.get("base_features", []))
         self.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}
+        span = state.get("base_ratio_span")  # artifacts from before it: unbounded
+        self.base_ratio_span_ = (float(span[0]), float(span[1])) if span is not None else None
         boosters = {name: lgb.Booster(model_str=text) for name, text in texts.items()}
         self.booster_, self.base_ = boosters["main"], boosters.get("base")
         self.selectors_ = {name: b for name, b in boosters.items() if name.startswith(PREFIX)}

@@ -99,6 +99,27 @@ def test_base_ratio_to_the_same_hardware_is_one(trained: tuple[LightGBMThroughpu
     np.testing.assert_array_equal(derived["base_ratio"][known], 0.0)
 
 
+def test_base_ratios_stay_within_the_span_its_training_rows_showed(
+        trained: tuple[LightGBMThroughput, Examples]) -> None:
+    # Linear leaves extrapolate: a configuration far from every training row must not carry a
+    # prior across by a ratio the base model never gave a training row.
+    model, holdout = trained
+    assert model.base_ratio_span_ is not None
+    lo, hi = model.base_ratio_span_
+    assert lo < 0.0 < hi
+    rows = {c: v.copy() for c, v in holdout.rows.items()}
+    for column in ("log_batch", "log_params", "log_seq", "log_accelerators"):
+        rows[column] = rows[column] * 4.0 - 20.0  # far outside anything trained on
+    ratio = model._with_base(rows)["base_ratio"]
+    finite = ratio[np.isfinite(ratio)]
+    assert finite.size > 0 and finite.min() >= lo and finite.max() <= hi
+    state, texts = model.state(), model.model_texts()
+    assert state["base_ratio_span"] == [lo, hi]
+    assert LightGBMThroughput.from_artifact(state, texts).base_ratio_span_ == (lo, hi)
+    del state["base_ratio_span"]  # an artifact saved before the span: unbounded, as it was fitted
+    assert LightGBMThroughput.from_artifact(state, texts).base_ratio_span_ is None
+
+
 def test_trust_scales_the_main_models_correction(trained: tuple[LightGBMThroughput, Examples]) -> None:
     model, holdout = trained
     assert set(model.trust_by_evidence_) <= set(EVIDENCE)

@@ -339,16 +339,13 @@ def backtest(
 def history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,
                      examples: tuple[History, Examples] | None = None, full_per_day: int = 1500,
                      ) -> tuple[History, Examples, float]:
-    """The history, its examples and the first of the last ``days`` test days; rows are built
-    unless given, with every candidate's rows for ``full_per_day`` attempts of each test day."""
+    """The history, its examples and the first of the last ``days`` test days; rows are built unless
+    given (a short history fails first), with every candidate's rows for ``full_per_day`` attempts a test day."""
     if examples is not None:
-        history, ex = examples
-        return history, ex, first_test_day(history, days)
+        return examples[0], examples[1], first_test_day(examples[0], days)
     history = read_history(history_dir)
-    # Checked before building the rows, the slow part, so a short history fails at once.
-    first_test = checked_first_test_day(history, days)
-    ex = build_examples_with_progress(history, catalogue, progress, full_from=first_test, full_per_day=full_per_day)
-    return history, ex, first_test
+    first, n = checked_first_test_day(history, days), full_per_day
+    return history, build_examples_with_progress(history, catalogue, progress, full_from=first, full_per_day=n), first
 
 
 def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any] | None,
