@@ -200,18 +200,32 @@ def test_cli_tunes_the_simulator_on_its_tuning_history_and_reports_the_served_de
 
     out = tmp_path / "sim.json"
     res = CliRunner().invoke(app, ["alternatives", "--history", str(tuning_history), "--days", "1", "--tables", "none",
-                                   "--tune", "2", "--tune-history", str(tuning_history), "--tune-days", "1",
+                                   "--tune", "2", "--tune-history", str(tuning_history), "--tune-history",
+                                   str(tuning_history), "--tune-days", "1",
                                    "--models", "lightgbm,ridge,transfer_paired", "--pick-sample", "20",
                                    "--json", str(out)])
     assert res.exit_code == 0, res.output
     result = orjson.loads(out.read_bytes())
     chosen = result["tuning"]["simulator"]["chosen"]
+    assert result["tuning"]["simulator"]["histories"] == [str(tuning_history)] * 2  # each given history counts
     assert set(chosen) == {"lightgbm", "ridge"}  # the families with knobs; the baseline has none
     assert result["simulator"]["models"] == ["lightgbm", "ridge", "transfer_paired", tuning.SERVED_DEFAULTS]
     searched = result["tuning"]["simulator"]["acc10"]["lightgbm"]
     assert result["simulator"]["mean"][tuning.SERVED_DEFAULTS]["acc@10"] == pytest.approx(searched[0], abs=1e-4)
     assert result["simulator"]["mean"]["lightgbm"]["acc@10"] == pytest.approx(searched[chosen["lightgbm"]["draw"]],
                                                                              abs=1e-4)
+
+
+def test_tuning_on_two_histories_chooses_by_the_mean_over_both(tuning_history: Path, tmp_path: Path) -> None:
+    other = tmp_path / "h5"
+    write_history(simulate(seed=5, days=3, attempts_per_day=300, start=parse_day("2025-03-01")), other)
+    each = [tuning.tune_on_history(h, ["ridge"], draws=3, days=1, pick_sample=20) for h in (tuning_history, other)]
+    both = tuning.tune_on_history([tuning_history, other], ["ridge"], draws=3, days=1, pick_sample=20)
+    assert both["acc10_by_history"]["ridge"] == [e["acc10"]["ridge"] for e in each]
+    mean = np.mean([e["acc10"]["ridge"] for e in each], axis=0)
+    np.testing.assert_allclose(both["acc10"]["ridge"], mean, atol=1e-4)
+    assert both["chosen"]["ridge"]["draw"] == int(np.argmax(both["acc10"]["ridge"]))
+    assert both["data_hash"] == [e["data_hash"] for e in each] and len(both["histories"]) == 2
 
 
 def test_a_history_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(

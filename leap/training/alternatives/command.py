@@ -85,9 +85,9 @@ def alternatives_cmd(
     tune: Annotated[int, typer.Option(
         min=0, help="Settings per model family on the tables, each table's chosen on the other tables "
                     "(0: every model at its defaults).")] = 0,
-    tune_history: Annotated[Path | None, typer.Option(
+    tune_history: Annotated[list[Path] | None, typer.Option(
         "--tune-history", help="Simulated history to choose the simulator's settings on (--tune settings per "
-                               "family; a seed used for nothing else).")] = None,
+                               "family, by mean acc@10 over every one given; seeds used for nothing else).")] = None,
     tune_days: Annotated[int, typer.Option(min=1, help="Nightly retrains of --tune-history to choose on.")] = 3,
     workers: Annotated[int, typer.Option(
         min=1, help="Processes for the --tune searches (tables, --tune-history); with more than one, each "
@@ -118,12 +118,12 @@ def alternatives_cmd(
         raise _fail(f"--plot writes a PNG: give a path ending in .png, not {plot_path.name!r}")
     if tune and len(paths) == 1:
         raise _fail("--tune chooses a table's settings on the other tables: give at least two tables")
-    if tune and not paths and tune_history is None:
+    if tune and not paths and not tune_history:
         raise _fail("--tune needs two tables or more, or --tune-history for the simulator")
-    if tune_history is not None and (not tune or history is None or not tune_history.is_dir()):
+    if tune_history and (not tune or history is None or not all(h.is_dir() for h in tune_history)):
         raise _fail("--tune-history needs --tune, --history and an existing folder")
     choice = None
-    if tune_history is not None:
+    if tune_history:
         from leap.training.alternatives.tuning import CLASSES, tune_on_history
 
         choice = tune_on_history(tune_history, [n for n in names if n in CLASSES], tune, tune_days, window_days,

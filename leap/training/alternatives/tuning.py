@@ -309,11 +309,12 @@ def _chosen(result: dict[str, Any], chosen: dict[str, Any], names: Sequence[str]
     return {**result, "models": listed, "protocols": protocols}
 
 
-def tune_on_history(history: Path, families: Sequence[str], draws: int = DRAWS, days: int = 3,
+def tune_on_history(history: Path | Sequence[Path], families: Sequence[str], draws: int = DRAWS, days: int = 3,
                     window_days: int = 30, seed: int = 0, progress: Any = None,
                     pick_sample: int = 200, workers: int = 1, parts_dir: Path | None = None) -> dict[str, Any]:
-    """Every draw of every family on the last ``days`` nightly retrains of a tuning history (a
-    simulator seed used for nothing else), and each family's best draw by mean acc@10.
+    """Every draw of every family on the last ``days`` nightly retrains of one or more tuning
+    histories (simulator seeds used for nothing else), and each family's best draw by acc@10
+    averaged over the nights of every history.
 
     ``workers`` and ``parts_dir`` as :func:`search_tables` takes them
     (:func:`leap.training.alternatives.search_parts.backtest_in_parts`).
@@ -321,25 +322,32 @@ def tune_on_history(history: Path, families: Sequence[str], draws: int = DRAWS, 
     Returns
     -------
     dict
-        ``{"history", "data_hash", "days", "draws", "threads_per_fit", "chosen": {family: {"draw",
-        "settings", "acc10", "defaults_acc10"}}, "acc10": {family: [mean acc@10 per draw]}}``.
+        ``{"history" (the folders, comma-joined), "histories", "data_hash", "days", "draws",
+        "threads_per_fit", "chosen": {family: {"draw", "settings", "acc10", "defaults_acc10"}},
+        "acc10": {family: [mean acc@10 per draw]}, "acc10_by_history": {family: [[per draw] per history]}}``.
     """
     from leap.training.alternatives.search_parts import backtest_in_parts
 
+    histories = [history] if isinstance(history, Path) else list(history)
     settings = {f: settings_of(f, draws, seed) for f in families}
     threads = _threads(families, workers)
     specs = [(draw_name(f, k), f, {**s, **threads[f]}) for f in families for k, s in enumerate(settings[f])]
-    result = backtest_in_parts(history, specs, make, (days, window_days, pick_sample), seed, workers, parts_dir,
-                               progress)
-    acc = {f: [float(result["mean"][draw_name(f, k)]["acc@10"]) for k in range(len(settings[f]))] for f in families}
+    results = [backtest_in_parts(h, specs, make, (days, window_days, pick_sample), seed, workers, parts_dir, progress)
+               for h in histories]
+    by_history = {f: [[float(r["mean"][draw_name(f, k)]["acc@10"]) for k in range(len(settings[f]))] for r in results]
+                  for f in families}
+    acc = {f: list(np.mean(by_history[f], axis=0)) for f in families}
     chosen = {}
     for f in families:
         k = int(np.argmax(np.nan_to_num(acc[f], nan=0.0)))
         chosen[f] = {"draw": k, "settings": _plain(settings[f][k]), "acc10": round(acc[f][k], 4),
                      "defaults_acc10": round(acc[f][0], 4)}
-    return {"history": str(history), "data_hash": result["data_hash"], "days": result["days"], "draws": draws,
+    hashes = [r["data_hash"] for r in results]
+    return {"history": ", ".join(map(str, histories)), "histories": [str(h) for h in histories],
+            "data_hash": hashes[0] if len(hashes) == 1 else hashes, "days": results[0]["days"], "draws": draws,
             "threads_per_fit": 1 if workers > 1 else "the models' own", "chosen": chosen,
-            "acc10": {f: [round(a, 4) for a in v] for f, v in acc.items()}}
+            "acc10": {f: [round(a, 4) for a in v] for f, v in acc.items()},
+            "acc10_by_history": {f: [[round(a, 4) for a in v] for v in per] for f, per in by_history.items()}}
 
 
 def _threads(families: Sequence[str], workers: int) -> dict[str, dict[str, Any]]:
