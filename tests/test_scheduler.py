@@ -66,8 +66,8 @@ def test_stalled_predictor_means_default_routing_and_nothing_lost(settings: Sett
             report = sim.run(3.0)
     finally:
         os.kill(worker.proc.pid, signal.SIGCONT)
-    # 20/s for 3 s with each submission waiting out its deadline: about 30 on a quiet machine,
-    # 23 seen on a loaded one; the claims below hold for any count, this only asks for a real run.
+    # How many submissions 3 s hold moves with the machine's load (23 seen twice under load); the
+    # claims below hold for any count, this only asks for a real run.
     assert report["submissions"] >= 15 and report["pinned_attempts_live"] >= 10
     assert report["attempts_placed"] == report["submissions"] + report["pinned_attempts_live"]  # nothing lost
     assert report["ranked_in_time"] == 0 and report["coverage"] == 0.0
