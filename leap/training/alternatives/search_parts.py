@@ -77,7 +77,11 @@ def evaluate_part(table: Path, seed: int, specs: Sequence[Spec], make: Maker, sa
     fixed = table_factories(registered, seed) if registered else {}
     factories = {name: fixed[name] if family is None else _factory(make, family, setting, seed)
                  for name, family, setting in specs}
-    result = evaluate(table, seed=seed, factories=factories)
+    return _saved(evaluate(table, seed=seed, factories=factories), save)
+
+
+def _saved(result: dict[str, Any], save: Path | None) -> dict[str, Any]:
+    """``result``, written to ``save`` through a temporary file (a stopped run leaves no half part)."""
     if save is not None:
         partial = save.with_suffix(".partial")
         partial.write_bytes(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))
@@ -177,13 +181,8 @@ def backtest_part(history_dir: Path, examples: Path | None, specs: Sequence[Spec
     built = pickle.loads(examples.read_bytes()) if examples is not None else None
     factories = {name: _seeded(make, family or "", setting) for name, family, setting in specs}
     days, window_days, pick_sample = nights
-    result = backtest_alternatives(history_dir, factories, days=days, window_days=window_days, seed=seed,
-                                   examples=built, pick_sample=pick_sample)
-    if save is not None:
-        partial = save.with_suffix(".partial")
-        partial.write_bytes(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))
-        partial.replace(save)
-    return result
+    return _saved(backtest_alternatives(history_dir, factories, days=days, window_days=window_days, seed=seed,
+                                        examples=built, pick_sample=pick_sample), save)
 
 
 def _seeded(make: Maker, family: str, setting: dict[str, Any]) -> Callable[[int], Any]:
