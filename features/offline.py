@@ -51,6 +51,10 @@ def _median(values: list[float]) -> float:
 SHORT_WINDOW = 16
 
 
+def _same_name(name: str) -> str:
+    return name
+
+
 @dataclass(slots=True)
 class _Window:
     limit: int
@@ -149,7 +153,7 @@ class OfflineFeatureState:
         aggregate (lookups, paired ratios, configurations), so that their rows read what the fleet
         would hold had it never run them: how the served model sees a new model type at training
         time (:func:`leap.training.new_types.with_unseen_type_rows`). Empty for the twin proper."""
-        self._hw = canonicalize or (lambda name: name)
+        self._hw = canonicalize or _same_name
         self._unique_ids = unique_ids
         self._unseen = unseen_types
         self.jobs: dict[str, _Job] = defaultdict(_Job)
@@ -167,6 +171,30 @@ class OfflineFeatureState:
         # training rows' time).
         self._lookup_cache: dict[tuple[int, str], dict[str, LookupStat]] = {}
         self._lookup_stale: dict[tuple[int, str], set[str]] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without its name resolution (a catalogue's method holds a lock): the loader
+        gives it back with :meth:`resolve_with`."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hw"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._hw = _same_name
+
+    def resolve_with(self, canonicalize: Callable[[str], str]) -> OfflineFeatureState:
+        """This state, resolving hardware names with ``canonicalize`` (after unpickling)."""
+        self._hw = canonicalize
+        return self
+
+    def drop_config_before(self, time: float) -> bool:
+        """Forget the configuration observations of submissions before ``time``, as if they had
+        never been applied; False (and nothing changed) when a partial submission's read applied
+        them already: a window keeps no trace of what it dropped, so it cannot be undone."""
+        if any(self.config_models.values()) or any(self.config_families.values()):
+            return False
+        for key, queued in self._config_queue.items():
+            self._config_queue[key] = [entry for entry in queued if entry[0] >= time]
+        return True
 
     def apply_finish(self, ev: JobFinish) -> bool:
         """Apply a finish as ``job_finish.lua`` and ``lookup.lua`` do; False for a duplicate."""

@@ -130,7 +130,8 @@ def worker(
     archive = ArchiveConfig.from_settings(settings)
     archive = replace(archive, root=archive_dir) if archive_dir is not None else archive
     try:
-        nightly = NightlyConfig(archive.root, settings.registry_dir, parse_schedule(schedule), run_now=run_now)
+        nightly = NightlyConfig(archive.root, settings.registry_dir, parse_schedule(schedule), run_now=run_now,
+                                row_cache=settings.row_cache_dir)
     except ValueError as exc:
         raise fail(str(exc)) from None
     sys.argv = [sys.argv[0]]  # faust's Worker parses argv; ours are already consumed

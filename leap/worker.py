@@ -102,7 +102,8 @@ def run(settings: Settings, role: str, metrics_port: int, archive: ArchiveConfig
     if role == "trainer":  # a scheduled loop, not a stream processor
         metrics.serve(metrics_port)
         archive_root = (archive or ArchiveConfig.from_settings(settings)).root
-        serve_nightly(settings, nightly or NightlyConfig(archive_root, settings.registry_dir))
+        serve_nightly(settings, nightly or NightlyConfig(archive_root, settings.registry_dir,
+                                                          row_cache=settings.row_cache_dir))
         return
     if role == "predictor":
         metrics.serve(metrics_port)

@@ -146,6 +146,9 @@ def test_train(tmp_path: Path) -> None:
     assert med["seconds"] > med["fit_s"] >= 0 and med["train_rows"] > 0
     assert 0.05 < med["peak_rss_gb"] < 64  # a Python process with pandas-free Arrow and LightGBM loaded
     assert 0 <= med["holdout_acc10"] <= 1
+    # the next night resumed from the checkpoint of a run a day earlier: the cold run's rows, less replayed
+    assert med["resumed"] == 0 and med["nightly_resumed"] == 1
+    assert med["nightly_train_rows"] == med["train_rows"] and med["checkpoint_run_seconds"] > 0
 
 
 def check_growth(rds: redis.Redis, saved: Path) -> None:

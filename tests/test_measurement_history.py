@@ -11,14 +11,8 @@ import pytest
 
 from features.offline import OfflineFeatureState
 from leap.core.hardware import load_catalogue
-from leap.training.dataset import (
-    History,
-    build_cross_fitted_examples,
-    build_examples,
-    build_held_out_examples,
-    read_history,
-    select_jobs,
-)
+from leap.training.dataset import History, build_examples, read_history
+from leap.training.held_out import build_cross_fitted_examples, build_held_out_examples, select_jobs
 from leap.training.measurements import (
     MeasurementError,
     TableHistory,

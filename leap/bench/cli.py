@@ -206,11 +206,13 @@ def train_cmd(
     = None,
     repeat: Repeat = 3,
     seed: Seed = 0,
+    nightly: Annotated[bool, typer.Option(help="Also time the next night resumed from a row checkpoint "
+                                                "(two more runs per repeat).")] = True,
 ) -> None:
     """Wall time and peak RSS of `leap train` (a child process per run) on a simulated history."""
     from leap.bench.train import bench_train
 
-    emit(bench_train(days, attempts_per_day, window_days, repeat, seed, history, trees))
+    emit(bench_train(days, attempts_per_day, window_days, repeat, seed, history, trees, nightly))
 
 
 @app.command("dashboard-ingest")

@@ -59,7 +59,7 @@ def fit_on_simulated_history(
     with tempfile.TemporaryDirectory(prefix="leap-bench-history-") as tmp:
         folder = Path(tmp)
         write_history(simulate(seed, days, per_day, start=HISTORY_START), folder)
-        _, ex, as_of = load_examples(folder, catalogue, None, window_days=days)
+        _, ex, as_of, _ = load_examples(folder, catalogue, None, window_days=days)
         train = split(ex, as_of, days).train
     t0 = time.perf_counter()
     model = fit_model(train, params)

@@ -6,6 +6,10 @@ registry. Its peak resident memory is measured from outside: ``os.wait4`` return
 one run's peak is not mixed with another's as ``RUSAGE_CHILDREN`` would mix them. The seconds are
 the child's wall time, start-up included; the training report's own split (rows, fit) comes along.
 
+``nightly_*``: the same figures of the run a nightly trainer makes the day after a run as of the
+archive's last day, resumed from the rows' checkpoint that run left (``--row-cache``); what the
+checkpointing run itself took is ``checkpoint_run_seconds``.
+
 The history is what ``leap fleet history`` writes; ``--history`` reuses a folder written before
 (a 60-day history of 20,000 attempts a day takes minutes to simulate), otherwise one is simulated
 into a temporary folder and removed at the end.
@@ -29,12 +33,14 @@ from leap.fleet.history import simulate, write_history
 HISTORY_START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
 
 
-def train_once(history: Path, window_days: int, scratch: Path, trees: int | None = None) -> Figures:
+def train_once(history: Path, window_days: int, scratch: Path, trees: int | None = None,
+               as_of: str | None = None, row_cache: Path | None = None) -> Figures:
     """One ``leap train`` in a child process: its wall seconds, peak RSS and the report's timings."""
     registry = scratch / f"registry-{time.monotonic_ns()}"
     out = scratch / f"report-{time.monotonic_ns()}.json"
     cmd = [sys.executable, "-m", "leap.cli", "train", "--history", str(history), "--registry", str(registry),
-           "--window-days", str(window_days), "--json", str(out), *(["--trees", str(trees)] if trees else [])]
+           "--window-days", str(window_days), "--json", str(out), *(["--trees", str(trees)] if trees else []),
+           *(["--as-of", as_of] if as_of else []), *(["--row-cache", str(row_cache)] if row_cache else [])]
     t0 = time.perf_counter()
     child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
@@ -51,12 +57,32 @@ def train_once(history: Path, window_days: int, scratch: Path, trees: int | None
         "fit_s": float(rep["timings_s"]["fit"]),
         "train_rows": float(rep["training_window"]["rows"]),
         "holdout_acc10": float(rep["metrics"]["lightgbm"]["acc@10"]),
+        "resumed": float(bool(rep["row_cache"]["used"])),
     }
 
 
+def last_day(history: Path) -> str:
+    """The archive's last day (``YYYY-MM-DD``), from its submissions' day folders."""
+    days = sorted(p.name.removeprefix("day=") for p in (history / "submissions").glob("day=*"))
+    if not days:
+        raise ValueError(f"{history}: no day folders under submissions/")
+    return days[-1]
+
+
+def nightly_once(history: Path, window_days: int, scratch: Path, trees: int | None) -> Figures:
+    """The night after a run as of the archive's last day: ``leap train`` resumed from the
+    checkpoint that run left (:mod:`leap.training.row_cache`), so it replays the last day only."""
+    cache = scratch / f"row-cache-{time.monotonic_ns()}"
+    first = train_once(history, window_days, scratch, trees, as_of=last_day(history), row_cache=cache)
+    night = train_once(history, window_days, scratch, trees, row_cache=cache)
+    return {"checkpoint_run_seconds": first["seconds"],
+            **{f"nightly_{k}": v for k, v in night.items() if k != "holdout_acc10"}}
+
+
 def bench_train(days: int, per_day: int, window_days: int, repeat: int, seed: int, history: Path | None,
-                trees: int | None = None) -> dict[str, Any]:
-    """``repeat`` runs of ``leap train`` on one history; medians of :func:`train_once`'s figures."""
+                trees: int | None = None, nightly: bool = True) -> dict[str, Any]:
+    """``repeat`` runs of ``leap train`` on one history; medians of :func:`train_once`'s figures,
+    and with ``nightly`` those of :func:`nightly_once` (``nightly_*``), run in turn with them."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="leap-bench-train-") as tmp:
         scratch = Path(tmp)
@@ -73,7 +99,13 @@ def bench_train(days: int, per_day: int, window_days: int, repeat: int, seed: in
         params["history"] = str(history)
         runs = []
         for r in range(repeat):
-            runs.append(train_once(history, window_days, scratch, trees))
-            say(f"run {r + 1}/{repeat}: {runs[-1]['seconds']:.1f} s, peak {runs[-1]['peak_rss_gb']:.2f} GB "
-                f"(rows {runs[-1]['rows_s']} s, fit {runs[-1]['fit_s']} s)")
+            run = train_once(history, window_days, scratch, trees)
+            say(f"run {r + 1}/{repeat}: {run['seconds']:.1f} s, peak {run['peak_rss_gb']:.2f} GB "
+                f"(rows {run['rows_s']} s, fit {run['fit_s']} s)")
+            if nightly:
+                run.update(nightly_once(history, window_days, scratch, trees))
+                say(f"run {r + 1}/{repeat}, the next night from a checkpoint: {run['nightly_seconds']:.1f} s, "
+                    f"peak {run['nightly_peak_rss_gb']:.2f} GB (rows {run['nightly_rows_s']} s, "
+                    f"fit {run['nightly_fit_s']} s)")
+            runs.append(run)
     return report("train", params, runs, started=started)

@@ -166,7 +166,7 @@ def fresh_rows(catalogue: Catalogue, days: int, per_day: int, seed: int) -> Rows
     candidate's rows of the sampled submissions (what a predictor scores)."""
     with tempfile.TemporaryDirectory(prefix="leap-bench-trees-") as tmp:
         write_history(simulate(seed, days, per_day, start=HISTORY_START), Path(tmp))
-        _, ex, _ = load_examples(Path(tmp), catalogue, None, window_days=days)
+        _, ex, _, _ = load_examples(Path(tmp), catalogue, None, window_days=days)
     parts = [ex.rows, *(r for _, r in ex.full.values())]
     return {c: np.concatenate([p[c] for p in parts]) for c in ex.rows}
 

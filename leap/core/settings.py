@@ -243,6 +243,11 @@ class Settings:
         return self.home / "compiled"
 
     @property
+    def row_cache_dir(self) -> Path:
+        """Where the nightly trainer keeps its rows' checkpoint (:mod:`leap.training.row_cache`)."""
+        return self.home / "row-cache"
+
+    @property
     def archive_root(self) -> Path:
         """The history archive folder: ``archive_dir`` if set, else ``home / "archive"``."""
         return self.archive_dir if self.archive_dir is not None else self.home / "archive"

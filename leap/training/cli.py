@@ -53,6 +53,9 @@ def train_cmd(
     trees: Annotated[int | None, typer.Option(min=1, help="Trees per stage instead of the served model's "
                                               "(quick checks, e.g. the bench smoke test; never for serving).")]
     = None,
+    row_cache: Annotated[Path | None, typer.Option(
+        "--row-cache", help="Folder for the rows' checkpoint: the next run on the grown archive resumes there "
+        "and replays only the new events (a folder only this trainer writes).")] = None,
 ) -> None:
     """Fit LightGBM on the history and register a new version."""
     from leap.training.days import parse_day
@@ -62,7 +65,8 @@ def train_cmd(
     try:
         day = parse_day(as_of) if as_of else None
         reg = _registry(registry)
-        record, report = train(history, reg, day, window_days, None if trees is None else {"n_estimators": trees})
+        record, report = train(history, reg, day, window_days, None if trees is None else {"n_estimators": trees},
+                               row_cache=row_cache)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     _print_metrics(report["metrics"], f"holdout {report['holdout']['day']} ({report['holdout']['rows']} attempts)")

@@ -66,8 +66,9 @@ def events(table: pa.Table, cls: type, strings: SharedStrings | None = None) -> 
     return [cls(*values) for values in zip(*cols, strict=True)]
 
 
-def merge_order(times: Sequence[Any], until: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """``(kinds, index)`` of every event before ``until``, merged by time.
+def merge_order(times: Sequence[Any], until: float | None, since: float | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(kinds, index)`` of every event before ``until`` (and at or after ``since``), merged by time.
 
     ``times[k]`` are the event times of kind ``k`` (:data:`FINISH`, :data:`START`,
     :data:`SUBMISSION`); at equal times the lower kind comes first, then the lower index.
@@ -78,6 +79,8 @@ def merge_order(times: Sequence[Any], until: float | None) -> tuple[np.ndarray, 
     order = np.lexsort((kinds, all_times))
     if until is not None:
         order = order[all_times[order] < until]
+    if since is not None:  # a replay resumed where an earlier one stopped: the same order from there
+        order = order[all_times[order] >= since]
     return kinds[order], index[order]
 
 
@@ -105,8 +108,9 @@ def ids_unique(*tables: pa.Table) -> bool:
 
 
 def replay(finishes: pa.Table, starts: pa.Table, subs: pa.Table, until: float | None,
-           keep_sub: np.ndarray | None = None, chunk: int | None = None) -> Iterator[tuple[int, int, Any]]:
-    """``(kind, row, event)`` of every event before ``until`` in replay order.
+           keep_sub: np.ndarray | None = None, chunk: int | None = None, since: float | None = None
+           ) -> Iterator[tuple[int, int, Any]]:
+    """``(kind, row, event)`` of every event before ``until`` (at or after ``since``) in replay order.
 
     Parameters
     ----------
@@ -119,10 +123,13 @@ def replay(finishes: pa.Table, starts: pa.Table, subs: pa.Table, until: float | 
         objects. None: all.
     chunk
         Events made into objects at a time (default :data:`CHUNK`).
+    since
+        Leave out every event before this time (None: none): the rest of a replay whose state
+        already holds the earlier events.
     """
     chunk = chunk or CHUNK
     tables = ((finishes, JobFinish), (starts, JobStart), (subs, Submission))
-    kinds, index = merge_order([t.column("event_time").to_numpy() for t, _ in tables], until)
+    kinds, index = merge_order([t.column("event_time").to_numpy() for t, _ in tables], until, since)
     if keep_sub is not None:
         keep = (kinds != SUBMISSION) | keep_sub[np.where(kinds == SUBMISSION, index, 0)]
         kinds, index = kinds[keep], index[keep]

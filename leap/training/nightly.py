@@ -45,6 +45,9 @@ class NightlyConfig:
         Run once immediately and return instead of following the schedule.
     params
         LightGBM parameters; None for the defaults.
+    row_cache
+        Folder of the rows' checkpoint, so a night replays only the events since the last
+        (:mod:`leap.training.row_cache`); None: every night builds its rows from the whole archive.
     """
 
     archive: Path
@@ -53,6 +56,7 @@ class NightlyConfig:
     window_days: int = 30
     run_now: bool = False
     params: dict[str, Any] | None = field(default=None)
+    row_cache: Path | None = None
 
 
 def parse_schedule(text: str) -> dt.time:
@@ -126,6 +130,7 @@ def run_nightly(
     window_days: int = 30,
     params: dict[str, Any] | None = None,
     now: float | None = None,
+    row_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Train on the archive, register the candidate, and promote and announce it if not worse.
 
@@ -143,6 +148,8 @@ def run_nightly(
         Passed to :func:`leap.training.train.train`.
     now
         Clock for the default ``as_of`` (tests).
+    row_cache
+        Passed to :func:`leap.training.train.train`.
 
     Returns
     -------
@@ -151,7 +158,7 @@ def run_nightly(
     """
     t = as_of if as_of is not None else nightly_as_of(archive, time.time() if now is None else now)
     log.info("nightly training on %s as of %s (window %d days)", archive, day_text(t), window_days)
-    record, report = train(archive, registry, t, window_days, params)
+    record, report = train(archive, registry, t, window_days, params, row_cache=row_cache)
     promote, reason = decide(report)
     report["decision"] = reason
     report["promoted"] = promote
@@ -174,7 +181,8 @@ def serve(settings: Settings, config: NightlyConfig, stop: threading.Event | Non
             signal.signal(sig, lambda *_: stop.set())
     registry = Registry(config.registry)
     if config.run_now:  # cron and manual runs: a failure must show in the exit code
-        run_nightly(config.archive, registry, settings, window_days=config.window_days, params=config.params)
+        run_nightly(config.archive, registry, settings, window_days=config.window_days, params=config.params,
+                    row_cache=config.row_cache)
         return
     while not stop.is_set():
         at = next_run(time.time(), config.schedule)
@@ -182,6 +190,7 @@ def serve(settings: Settings, config: NightlyConfig, stop: threading.Event | Non
         if stop.wait(max(0.0, at - time.time())):
             break
         try:
-            run_nightly(config.archive, registry, settings, window_days=config.window_days, params=config.params)
+            run_nightly(config.archive, registry, settings, window_days=config.window_days, params=config.params,
+                        row_cache=config.row_cache)
         except Exception:  # the role outlives a bad night; tomorrow's run may succeed
             log.exception("nightly training failed; the current model stays")

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 
 from leap.core.accuracy import summary
 from leap.core.hardware import Catalogue, load_catalogue
 from leap.training import new_types
-from leap.training.dataset import DAY, Examples, History, build_examples, read_history
+from leap.training.dataset import DAY, Examples, History, read_history
 from leap.training.days import day_text, parse_day, training_rows
+from leap.training.row_cache import examples_as_of, window_history
 from predictor.lgbm import LightGBMThroughput
 from predictor.models import BASELINES, ThroughputModel
 from predictor.ranking import AsServed
@@ -73,20 +73,20 @@ def _rows_from(as_of: float, window_days: float) -> float:
     return as_of - (window_days + 1) * DAY
 
 
-def load_examples(history_dir: Path, catalogue: Catalogue, as_of: float | None, window_days: float
-                  ) -> tuple[History, Examples, float]:
+def load_examples(history_dir: Path, catalogue: Catalogue, as_of: float | None, window_days: float,
+                  row_cache: Path | None = None) -> tuple[History, Examples, float, dict[str, Any]]:
+    """The archive, the rows of a run as of ``as_of`` (default: the day after its last), and what
+    the row cache did (:func:`leap.training.row_cache.examples_as_of`; ``row_cache`` None: none).
+
+    Submissions before the window get no row and change no state but the configuration aggregates
+    (which only a partial submission reads: one in the window reads the window's submissions
+    only): left out of the replay, they never sit in memory beside the feature state (0.2 GB of
+    0.44 at 60 days x 20,000)."""
     history = read_history(history_dir, with_oracle=False)
     as_of = as_of if as_of is not None else history.last_day + DAY
     rows_from = _rows_from(as_of, window_days)
-    # Submissions before the window get no row and change no state but the configuration aggregates
-    # (which only a partial submission reads: one in the window reads the window's submissions only):
-    # dropped before the replay, they no longer sit in memory beside the feature state (0.2 GB of
-    # 0.44 at 60 days x 20,000).
-    subs = history.submissions
-    history = dataclasses.replace(history, submissions=subs.filter(pc.greater_equal(subs["event_time"], rows_from)))
-    del subs
-    ex = build_examples(history, catalogue, rows_from=rows_from, until=as_of)
-    return history, ex, as_of
+    ex, cache = examples_as_of(history, catalogue, rows_from, as_of, row_cache)
+    return window_history(history, rows_from), ex, as_of, cache
 
 
 def train(
@@ -96,11 +96,14 @@ def train(
     window_days: float = 30,
     params: dict[str, Any] | None = None,
     catalogue: Catalogue | None = None,
+    row_cache: Path | None = None,
 ) -> tuple[ModelRecord, dict[str, Any]]:
-    """Fit, evaluate against the baselines and the current model, and save a new version."""
+    """Fit, evaluate against the baselines and the current model, and save a new version; with a
+    ``row_cache`` folder, resume the rows from the previous run's checkpoint there and leave one
+    (:mod:`leap.training.row_cache`)."""
     catalogue = catalogue or load_catalogue()
     t0 = time.time()
-    history, ex, as_of = load_examples(history_dir, catalogue, as_of, window_days)
+    history, ex, as_of, cache = load_examples(history_dir, catalogue, as_of, window_days, row_cache)
     t_rows = time.time() - t0
     sp = split(ex, as_of, window_days)
     if new_types.needed(len(sp.train)):  # a small fleet: its new-type calibration reads honest rows
@@ -131,6 +134,7 @@ def train(
         "features": model.features_,
         "metrics": metrics,
         "timings_s": {"rows": round(t_rows, 1), "fit": round(t_fit, 1)},
+        "row_cache": cache,
     }
     record = registry.save(model, metadata)
     report = {"version": record.version, **metadata}
@@ -152,7 +156,7 @@ def compare_on_holdout(registry: Registry, version: str, history_dir: Path,
     meta = registry.record(version).metadata
     as_of = parse_day(meta["as_of"])
     window = (parse_day(meta["training_window"]["to"]) - parse_day(meta["training_window"]["from"])) / DAY
-    _, ex, _ = load_examples(history_dir, catalogue, as_of, window)
+    _, ex, _, _ = load_examples(history_dir, catalogue, as_of, window)
     holdout = split(ex, as_of, window).holdout
     current = registry.current()
     out: dict[str, Any] = {"candidate": {"version": version, **score(registry.load(version), holdout)}}

@@ -17,7 +17,7 @@ earlier attempts? Two protocols hold jobs out:
 
 Per fold the models are fitted on the training jobs' point-in-time examples (the rows
 ``leap train`` fits on) and predict the held-out jobs' attempts, each job seeing only its own
-past plus the training jobs' aggregates (:func:`leap.training.dataset.build_held_out_examples`).
+past plus the training jobs' aggregates (:func:`leap.training.held_out.build_held_out_examples`).
 The served model (``lightgbm``, :class:`predictor.lgbm.LightGBMThroughput`), the baselines
 (``lookup``, ``transfer``) and any registered alternative run on identical rows.
 

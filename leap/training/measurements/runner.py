@@ -4,7 +4,7 @@ Per fold, the held-out configurations' jobs are the test jobs and every other jo
 
 - training examples = :func:`leap.training.dataset.build_examples` on the training jobs' history
   (point-in-time rows, exactly as ``leap train`` builds them);
-- test examples = :func:`leap.training.dataset.build_held_out_examples`: every attempt of every test
+- test examples = :func:`leap.training.held_out.build_held_out_examples`: every attempt of every test
   job, with the features as of its submission, where the job sees only its own earlier attempts
   and the cross-job aggregates of the training jobs; plus every candidate's rows of each
   submission (for top-1 and regret);
@@ -30,13 +30,8 @@ import numpy as np
 from features.rows import Rows, concat_rows
 from leap.core.accuracy import regret, summary, top1
 from leap.core.hardware import Catalogue
-from leap.training.dataset import (
-    Examples,
-    History,
-    build_cross_fitted_examples,
-    build_held_out_examples,
-    select_jobs,
-)
+from leap.training.dataset import Examples, History
+from leap.training.held_out import build_cross_fitted_examples, build_held_out_examples, select_jobs
 from leap.training.measurements.estimators import Estimator, ModelFactory
 from leap.training.measurements.history import TableHistory
 from leap.training.measurements.pairs import folds

@@ -1,0 +1,197 @@
+"""Point-in-time rows kept from one training run to the next, so a nightly retrain replays one day.
+
+Building a training run's rows replays the whole archive through the offline feature state
+(:func:`leap.training.dataset.build_examples`), most of ``leap train``'s time. Yesterday's run
+replayed the same events up to a day earlier. So a run given a cache folder leaves a
+*checkpoint* there: the feature state after every event before a time ``C``, the rows it built
+for the submissions before ``C``, and a digest of those events. The next run checks that its
+archive holds the same events before ``C`` (no late event changed that past), loads the state,
+and replays only the events from ``C`` on.
+
+``C`` is the checkpoint run's ``until``, moved back to the earliest submission still without any
+finish then (within :data:`OPEN_DAYS`): a row is built when its submission is replayed, but only
+for an attempt measured by then, so a later run could build a row before ``until`` that this one
+did not. A resumed run is exact: it returns what a cold build returns (``tests/test_row_cache.py``).
+Whatever would break that falls back to the cold build, with the reason logged:
+
+- another row-building code, catalogue or archive-wide id uniqueness (the state's de-duplication);
+- events before ``C`` added, removed or changed, or a window starting before the checkpoint's;
+- a submission before ``C`` measured since (an attempt open longer than :data:`OPEN_DAYS`);
+- the configuration aggregates already applied (a partial submission read them): a cold build
+  feeds them only the window's submissions (:func:`leap.training.train.load_examples`), and
+  applied windows cannot drop the older ones again. Queued entries can, and are.
+
+The checkpoint is one pickle (the state's own objects) beside a JSON of what it was made from,
+written under temporary names and renamed; only this process's own folder should hold it, since
+a pickle runs code when loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from features.offline import OfflineFeatureState
+from leap.core.hardware import Catalogue
+from leap.training.dataset import DAY, Examples, History, new_state, replay_examples
+from leap.training.events import ids_unique, measured_finish
+
+log = logging.getLogger("leap.row_cache")
+
+#: An attempt without a finish this long before a run's ``until`` is not waited for: the
+#: checkpoint does not move back past it (if it is measured later, the next run builds cold).
+OPEN_DAYS = 2.0
+STATE = "checkpoint.pickle"
+META = "checkpoint.json"
+#: Modules whose code decides the rows: a change to any of them makes a checkpoint stale.
+ROW_CODE = ("features", "leap/training/dataset.py", "leap/training/events.py", "leap/core/hardware.py",
+            "streams/events.py")
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def code_digest() -> str:
+    """A digest of the source that builds rows (:data:`ROW_CODE`)."""
+    h = hashlib.sha256()
+    for name in ROW_CODE:
+        path = _ROOT / name
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            h.update(str(file.relative_to(_ROOT)).encode() + b"\0" + file.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def events_digest(history: History, since: float, before: float) -> str:
+    """A digest of the archive's events before ``before`` (submissions from ``since`` on)."""
+    h = hashlib.sha256()
+    for name, table, start in (("finishes", history.finishes, None), ("starts", history.starts, None),
+                               ("submissions", history.submissions, since)):
+        t = table.column("event_time")
+        mask = pc.less(t, before) if start is None else pc.and_(pc.less(t, before), pc.greater_equal(t, start))
+        part = table.filter(mask).combine_chunks()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, part.schema) as writer:
+            writer.write_table(part)
+        h.update(name.encode() + b"\0" + sink.getvalue().to_pybytes())
+    return h.hexdigest()[:16]
+
+
+def checkpoint_time(history: History, until: float) -> float:
+    """``until``, or the earliest submission of :data:`OPEN_DAYS` before it still without a finish."""
+    subs, finishes = history.submissions, history.finishes
+    finished = finishes.filter(pc.less(finishes.column("event_time"), until)).column("attempt_id")
+    t = subs.column("event_time")
+    recent = subs.filter(pc.and_(pc.less(t, until), pc.greater_equal(t, until - OPEN_DAYS * DAY)))
+    open_ = recent.filter(pc.invert(pc.is_in(recent.column("attempt_id"), value_set=finished.unique())))
+    return min(until, float(pc.min(open_.column("event_time")).as_py())) if open_.num_rows else until
+
+
+def catalogue_digest(catalogue: Catalogue) -> str:
+    """A digest of the catalogue's specs and names (prices, which change daily, build no row)."""
+    specs = sorted(repr(dataclasses.replace(t, price_per_hour=0.0, price_source="")) for t in catalogue.types.values())
+    return hashlib.sha256("\n".join(specs).encode()).hexdigest()[:16]
+
+
+def _meta(history: History, catalogue: Catalogue, rows_from: float) -> dict[str, Any]:
+    return {"code": code_digest(), "catalogue": catalogue_digest(catalogue), "rows_from": rows_from,
+            "unique_ids": ids_unique(history.starts, history.finishes)}
+
+
+def examples_as_of(history: History, catalogue: Catalogue, rows_from: float, until: float,
+                   folder: Path | None) -> tuple[Examples, dict[str, Any]]:
+    """The rows a training run builds (the history's events before ``until``; rows for the measured
+    submissions from ``rows_from`` on), resumed from the checkpoint in ``folder`` when it holds
+    one this run can use, and a new checkpoint left there. ``history`` holds every submission
+    (the window's start is applied here). Returns the examples and what the cache did."""
+    window = window_history(history, rows_from)
+    if folder is None:
+        return replay_examples(window, new_state(window, catalogue), catalogue, rows_from=rows_from,
+                               until=until), {"used": False, "reason": "no cache folder"}
+    meta = _meta(history, catalogue, rows_from)
+    found, reason = _resume(folder, history, catalogue, meta, rows_from, until)
+    state, done, since = found if found is not None else (new_state(window, catalogue), None, None)
+    checkpoint = max(checkpoint_time(history, until), since or -np.inf)
+    # Up to the new checkpoint, saved; then on to until.
+    head = replay_examples(window, state, catalogue, rows_from=rows_from, until=checkpoint, since=since)
+    head = head if done is None else Examples.concat([done, head])
+    _save(folder, {**meta, "checkpoint": checkpoint, "events": events_digest(history, rows_from, checkpoint)},
+          state, head)
+    tail = replay_examples(window, state, catalogue, rows_from=rows_from, until=until, since=checkpoint)
+    log.info("training rows: %s", reason)
+    return Examples.concat([head, tail]), {"used": found is not None, "reason": reason,
+                                           "resumed_from": since, "checkpoint": checkpoint}
+
+
+def window_history(history: History, rows_from: float) -> History:
+    """The history a run replays: submissions before its window feed nothing its rows read (but
+    the configuration aggregates, which only a partial submission reads), so they are left out."""
+    subs = history.submissions
+    return dataclasses.replace(history, submissions=subs.filter(pc.greater_equal(subs["event_time"], rows_from)))
+
+
+def _resume(folder: Path, history: History, catalogue: Catalogue, meta: dict[str, Any], rows_from: float,
+            until: float) -> tuple[tuple[OfflineFeatureState, Examples, float] | None, str]:
+    """The checkpoint's state, its rows still in the window and its time; or None and why not."""
+    try:
+        saved = json.loads((folder / META).read_text())
+    except (OSError, ValueError):
+        return None, "built cold: no checkpoint"
+    for key in ("code", "catalogue", "unique_ids"):
+        if saved.get(key) != meta[key]:
+            return None, f"built cold: the checkpoint's {key} differs"
+    since = float(saved["checkpoint"])
+    if not saved["rows_from"] <= rows_from <= since <= until:
+        return None, "built cold: the checkpoint's window does not lead into this one"
+    if events_digest(history, saved["rows_from"], since) != saved["events"]:
+        return None, "built cold: the archive's events before the checkpoint changed"
+    with open(folder / STATE, "rb") as f:
+        state, done = pickle.load(f)
+    state.resolve_with(catalogue.canonical)
+    done = done.select(done.submit_time >= rows_from)
+    if not _same_labels(done, history, rows_from, since):
+        return None, "built cold: a submission before the checkpoint was measured since"
+    if rows_from > saved["rows_from"] and not state.drop_config_before(rows_from):
+        return None, "built cold: partial submissions read the configuration aggregates"
+    return (state, done, since), f"resumed at the checkpoint, {len(done)} rows kept"
+
+
+def _same_labels(done: Examples, history: History, rows_from: float, since: float) -> bool:
+    """Whether the measured submissions in ``[rows_from, since)`` and their outcomes are still
+    the checkpoint's (a late finish would give one a row, or another hardware)."""
+    subs = history.submissions
+    t = subs.column("event_time")
+    subs = subs.filter(pc.and_(pc.greater_equal(t, rows_from), pc.less(t, since)))
+    finish_of = measured_finish(history.finishes, subs.column("attempt_id"))
+    measured = finish_of >= 0
+    ids = np.asarray(subs.column("attempt_id").to_numpy(zero_copy_only=False), dtype=object)[measured]
+    if len(ids) != len(done):
+        return False
+    rows = pa.array(finish_of[measured])
+    finishes = history.finishes
+    now = {a: (float(ft), str(hw)) for a, ft, hw in zip(
+        ids.tolist(), finishes.column("event_time").take(rows).to_pylist(),
+        finishes.column("hardware").take(rows).to_pylist(), strict=True)}
+    return all(now.get(a) == (float(ft), str(hw))
+               for a, ft, hw in zip(done.attempt_id.tolist(), done.finish_time.tolist(), done.hardware.tolist(),
+                                    strict=True))
+
+
+def _save(folder: Path, meta: dict[str, Any], state: OfflineFeatureState, done: Examples) -> None:
+    """The checkpoint, replacing the previous one (state first: a JSON names only a complete pickle)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / META).unlink(missing_ok=True)
+    for name, write in ((STATE, lambda f: pickle.dump((state, done), f, protocol=pickle.HIGHEST_PROTOCOL)),
+                        (META, lambda f: f.write(json.dumps(meta).encode()))):
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, folder / name)

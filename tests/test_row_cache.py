@@ -1,0 +1,112 @@
+"""leap.training.row_cache: a run resumed from the previous night's checkpoint builds the rows a
+cold build builds, and anything that would make it differ builds cold."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from leap.core.hardware import Catalogue, load_catalogue
+from leap.training.dataset import DAY, Examples, History, read_history
+from leap.training.row_cache import META, OPEN_DAYS, checkpoint_time, examples_as_of
+
+WINDOW = 4 * DAY  # the next night's window starts before the checkpoint's open attempts
+
+
+@pytest.fixture(scope="module")
+def history(tiny_history: Path) -> History:
+    return read_history(tiny_history, with_oracle=False)
+
+
+@pytest.fixture(scope="module")
+def catalogue() -> Catalogue:
+    return load_catalogue()
+
+
+def assert_same(a: Examples, b: Examples) -> None:
+    assert len(a) == len(b) > 0
+    for name in ("y", "submit_time", "finish_time", "num_accelerators"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    for name in ("attempt_id", "job_key", "hardware"):
+        assert getattr(a, name).tolist() == getattr(b, name).tolist(), name
+    assert a.rows.keys() == b.rows.keys()
+    for column, values in a.rows.items():
+        if values.dtype == object:
+            assert values.tolist() == b.rows[column].tolist(), column
+        else:
+            np.testing.assert_array_equal(values, b.rows[column], err_msg=column)  # NaNs equal
+
+
+def nights(history: History) -> tuple[float, float]:
+    last = history.last_day + DAY
+    return last - DAY, last
+
+
+def test_the_next_night_resumes_and_builds_what_a_cold_build_builds(
+        history: History, catalogue: Catalogue, tmp_path: Path) -> None:
+    first, second = nights(history)
+    _, cache = examples_as_of(history, catalogue, first - WINDOW, first, tmp_path)
+    assert cache["used"] is False and "no checkpoint" in cache["reason"]
+    assert cache["checkpoint"] <= first
+    resumed, cache = examples_as_of(history, catalogue, second - WINDOW, second, tmp_path)
+    assert cache["used"] is True and cache["resumed_from"] is not None
+    cold, _ = examples_as_of(history, catalogue, second - WINDOW, second, None)
+    assert_same(resumed, cold)
+    # and the night after that resumes from the checkpoint the resumed run left
+    again, cache = examples_as_of(history, catalogue, second - WINDOW, second, tmp_path)
+    assert cache["used"] is True
+    assert_same(again, cold)
+
+
+def without_finish(history: History, attempt_id: str) -> History:
+    f = history.finishes
+    return dataclasses.replace(history, finishes=f.filter(pc.not_equal(f.column("attempt_id"), attempt_id)))
+
+
+def test_a_changed_past_builds_cold(history: History, catalogue: Catalogue, tmp_path: Path) -> None:
+    first, second = nights(history)
+    _, cache = examples_as_of(history, catalogue, first - WINDOW, first, tmp_path)
+    early = history.finishes.filter(pc.less(history.finishes.column("event_time"), first - WINDOW))
+    changed = without_finish(history, early.column("attempt_id")[0].as_py())
+    rows, cache = examples_as_of(changed, catalogue, second - WINDOW, second, tmp_path)
+    assert cache["used"] is False and "changed" in cache["reason"]
+    assert_same(rows, examples_as_of(changed, catalogue, second - WINDOW, second, None)[0])
+
+
+def test_an_old_attempt_measured_after_the_checkpoint_builds_cold(
+        history: History, catalogue: Catalogue, tmp_path: Path) -> None:
+    """A finish that arrives after the checkpoint for an attempt submitted long before it: the
+    checkpoint has no row for it, a cold build does."""
+    first, second = nights(history)
+    subs, f = history.submissions, history.finishes
+    measured = f.filter(pc.is_valid(f.column("throughput")))
+    old = subs.filter(pc.and_(pc.greater_equal(subs.column("event_time"), second - WINDOW),
+                              pc.less(subs.column("event_time"), first - OPEN_DAYS * DAY)))
+    attempt = next(a for a in old.column("attempt_id").to_pylist()
+                   if a in set(measured.column("attempt_id").to_pylist()))
+    late = f.filter(pc.equal(f.column("attempt_id"), attempt))
+    moved = late.set_column(late.schema.get_field_index("event_time"), "event_time",
+                            pa.array([first + DAY / 2] * late.num_rows, type=late.schema.field("event_time").type))
+    before = without_finish(history, attempt)
+    after = dataclasses.replace(before, finishes=pa.concat_tables([before.finishes, moved]))
+    assert checkpoint_time(before, first) > first - OPEN_DAYS * DAY
+    examples_as_of(before, catalogue, first - WINDOW, first, tmp_path)
+    rows, cache = examples_as_of(after, catalogue, second - WINDOW, second, tmp_path)
+    assert cache["used"] is False and "measured since" in cache["reason"]
+    assert attempt in rows.attempt_id.tolist()
+    assert_same(rows, examples_as_of(after, catalogue, second - WINDOW, second, None)[0])
+
+
+def test_a_checkpoint_of_other_row_code_is_not_used(history: History, catalogue: Catalogue, tmp_path: Path) -> None:
+    first, second = nights(history)
+    examples_as_of(history, catalogue, first - WINDOW, first, tmp_path)
+    meta = json.loads((tmp_path / META).read_text())
+    (tmp_path / META).write_text(json.dumps({**meta, "code": "another"}))
+    _, cache = examples_as_of(history, catalogue, second - WINDOW, second, tmp_path)
+    assert cache["used"] is False and "code" in cache["reason"]
