@@ -191,6 +191,13 @@ def _candidate_counts(subs: pa.Table) -> np.ndarray:
     return np.asarray(pc.fill_null(lengths, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
+def new_state(history: History, catalogue: Catalogue, unseen_types: frozenset[str] = frozenset()
+              ) -> OfflineFeatureState:
+    """The empty offline feature state a replay of ``history`` starts from."""
+    return OfflineFeatureState(catalogue.canonical, unique_ids=ids_unique(history.starts, history.finishes),
+                               unseen_types=unseen_types)
+
+
 def build_examples(
     history: History,
     catalogue: Catalogue,
@@ -200,6 +207,8 @@ def build_examples(
     rows_from: float | None = None,
     until: float | None = None,
     unseen_types: frozenset[str] = frozenset(),
+    state: OfflineFeatureState | None = None,
+    since: float | None = None,
 ) -> Examples:
     """Replay the history in event-time order and build point-in-time training examples.
 
@@ -217,42 +226,18 @@ def build_examples(
     unseen_types
         If given, rows only for these model types, built as if the fleet had never run them (their
         events feed no shared aggregate: :class:`features.offline.OfflineFeatureState`).
+    state, since
+        Resume a replay: ``state`` holds every event of ``history`` before ``since``, and only the
+        events from ``since`` on are replayed, building the rows a whole replay builds for the
+        submissions from then on (:mod:`leap.training.row_cache`). None: a fresh state
+        (:func:`new_state`), every event. ``state`` is changed in place.
 
     Returns
     -------
     Examples
         One example per measured attempt, in submission order.
     """
-    return replay_examples(history, new_state(history, catalogue, unseen_types), catalogue, full_from,
-                           full_per_day, seed, rows_from, until, unseen_types)
-
-
-def new_state(history: History, catalogue: Catalogue, unseen_types: frozenset[str] = frozenset()
-              ) -> OfflineFeatureState:
-    """The empty offline feature state a replay of ``history`` starts from."""
-    return OfflineFeatureState(catalogue.canonical, unique_ids=ids_unique(history.starts, history.finishes),
-                               unseen_types=unseen_types)
-
-
-def replay_examples(
-    history: History,
-    state: OfflineFeatureState,
-    catalogue: Catalogue,
-    full_from: float | None = None,
-    full_per_day: int = 1500,
-    seed: int = 0,
-    rows_from: float | None = None,
-    until: float | None = None,
-    unseen_types: frozenset[str] = frozenset(),
-    since: float | None = None,
-) -> Examples:
-    """:func:`build_examples` through a given ``state``, of the events at or after ``since`` only.
-
-    ``state`` must hold every event of ``history`` before ``since`` (a fresh one when ``since`` is
-    None): a replay stopped at ``since`` and resumed here builds the rows a whole replay builds for
-    the submissions from ``since`` on (:mod:`leap.training.row_cache`). The other parameters are
-    :func:`build_examples`'s.
-    """
+    state = state if state is not None else new_state(history, catalogue, unseen_types)
     subs = history.submissions
     finish_of = measured_finish(history.finishes, subs.column("attempt_id"))
     outcomes = _Outcomes(history.finishes)

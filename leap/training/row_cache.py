@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 
 from features.offline import OfflineFeatureState
 from leap.core.hardware import Catalogue
-from leap.training.dataset import DAY, Examples, History, new_state, replay_examples
+from leap.training.dataset import DAY, Examples, History, build_examples, new_state
 from leap.training.events import ids_unique, measured_finish
 
 log = logging.getLogger("leap.row_cache")
@@ -114,18 +114,18 @@ def examples_as_of(history: History, catalogue: Catalogue, rows_from: float, unt
     (the window's start is applied here). Returns the examples and what the cache did."""
     window = window_history(history, rows_from)
     if folder is None:
-        return replay_examples(window, new_state(window, catalogue), catalogue, rows_from=rows_from,
-                               until=until), {"used": False, "reason": "no cache folder"}
+        return build_examples(window, catalogue, rows_from=rows_from, until=until), \
+            {"used": False, "reason": "no cache folder"}
     meta = _meta(history, catalogue, rows_from)
     found, reason = _resume(folder, history, catalogue, meta, rows_from, until)
     state, done, since = found if found is not None else (new_state(window, catalogue), None, None)
     checkpoint = max(checkpoint_time(history, until), since or -np.inf)
     # Up to the new checkpoint, saved; then on to until.
-    head = replay_examples(window, state, catalogue, rows_from=rows_from, until=checkpoint, since=since)
+    head = build_examples(window, catalogue, rows_from=rows_from, until=checkpoint, state=state, since=since)
     head = head if done is None else Examples.concat([done, head])
     _save(folder, {**meta, "checkpoint": checkpoint, "events": events_digest(history, rows_from, checkpoint)},
           state, head)
-    tail = replay_examples(window, state, catalogue, rows_from=rows_from, until=until, since=checkpoint)
+    tail = build_examples(window, catalogue, rows_from=rows_from, until=until, state=state, since=checkpoint)
     log.info("training rows: %s", reason)
     return Examples.concat([head, tail]), {"used": found is not None, "reason": reason,
                                            "resumed_from": since, "checkpoint": checkpoint}
