@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,7 @@ import pytest
 
 from leap.core.hardware import Catalogue, load_catalogue
 from leap.training.dataset import DAY, Examples, History, read_history
-from leap.training.row_cache import META, OPEN_DAYS, checkpoint_time, examples_as_of
+from leap.training.row_cache import META, OPEN_DAYS, checkpoint_time, examples_as_of, window_history
 
 WINDOW = 4 * DAY  # the next night's window starts before the checkpoint's open attempts
 
@@ -43,6 +44,12 @@ def assert_same(a: Examples, b: Examples) -> None:
             np.testing.assert_array_equal(values, b.rows[column], err_msg=column)  # NaNs equal
 
 
+def rows_as_of(history: History, catalogue: Catalogue, until: float, folder: Path | None
+              ) -> tuple[Examples, dict[str, Any]]:
+    """A training run's rows as of ``until`` (its window's submissions only, as leap train reads them)."""
+    return examples_as_of(window_history(history, until - WINDOW), catalogue, until - WINDOW, until, folder)
+
+
 def nights(history: History) -> tuple[float, float]:
     last = history.last_day + DAY
     return last - DAY, last
@@ -51,15 +58,15 @@ def nights(history: History) -> tuple[float, float]:
 def test_the_next_night_resumes_and_builds_what_a_cold_build_builds(
         history: History, catalogue: Catalogue, tmp_path: Path) -> None:
     first, second = nights(history)
-    _, cache = examples_as_of(history, catalogue, first - WINDOW, first, tmp_path)
+    _, cache = rows_as_of(history, catalogue, first, tmp_path)
     assert cache["used"] is False and "no checkpoint" in cache["reason"]
     assert cache["checkpoint"] <= first
-    resumed, cache = examples_as_of(history, catalogue, second - WINDOW, second, tmp_path)
+    resumed, cache = rows_as_of(history, catalogue, second, tmp_path)
     assert cache["used"] is True and cache["resumed_from"] is not None
-    cold, _ = examples_as_of(history, catalogue, second - WINDOW, second, None)
+    cold, _ = rows_as_of(history, catalogue, second, None)
     assert_same(resumed, cold)
     # and the night after that resumes from the checkpoint the resumed run left
-    again, cache = examples_as_of(history, catalogue, second - WINDOW, second, tmp_path)
+    again, cache = rows_as_of(history, catalogue, second, tmp_path)
     assert cache["used"] is True
     assert_same(again, cold)
 
@@ -71,12 +78,26 @@ def without_finish(history: History, attempt_id: str) -> History:
 
 def test_a_changed_past_builds_cold(history: History, catalogue: Catalogue, tmp_path: Path) -> None:
     first, second = nights(history)
-    _, cache = examples_as_of(history, catalogue, first - WINDOW, first, tmp_path)
+    _, cache = rows_as_of(history, catalogue, first, tmp_path)
     early = history.finishes.filter(pc.less(history.finishes.column("event_time"), first - WINDOW))
     changed = without_finish(history, early.column("attempt_id")[0].as_py())
-    rows, cache = examples_as_of(changed, catalogue, second - WINDOW, second, tmp_path)
+    rows, cache = rows_as_of(changed, catalogue, second, tmp_path)
     assert cache["used"] is False and "changed" in cache["reason"]
-    assert_same(rows, examples_as_of(changed, catalogue, second - WINDOW, second, None)[0])
+    assert_same(rows, rows_as_of(changed, catalogue, second, None)[0])
+
+
+def test_a_submission_gone_from_the_window_builds_cold(history: History, catalogue: Catalogue,
+                                                       tmp_path: Path) -> None:
+    first, second = nights(history)
+    rows_as_of(history, catalogue, first, tmp_path)
+    subs = history.submissions
+    t = subs.column("event_time")
+    inside = subs.filter(pc.and_(pc.greater_equal(t, second - WINDOW), pc.less(t, first - DAY)))
+    gone = inside.column("event_id")[0]
+    changed = dataclasses.replace(history, submissions=subs.filter(pc.not_equal(subs.column("event_id"), gone)))
+    rows, cache = rows_as_of(changed, catalogue, second, tmp_path)
+    assert cache["used"] is False and "changed" in cache["reason"]
+    assert_same(rows, rows_as_of(changed, catalogue, second, None)[0])
 
 
 def test_an_old_attempt_measured_after_the_checkpoint_builds_cold(
@@ -96,17 +117,17 @@ def test_an_old_attempt_measured_after_the_checkpoint_builds_cold(
     before = without_finish(history, attempt)
     after = dataclasses.replace(before, finishes=pa.concat_tables([before.finishes, moved]))
     assert checkpoint_time(before, first) > first - OPEN_DAYS * DAY
-    examples_as_of(before, catalogue, first - WINDOW, first, tmp_path)
-    rows, cache = examples_as_of(after, catalogue, second - WINDOW, second, tmp_path)
+    rows_as_of(before, catalogue, first, tmp_path)
+    rows, cache = rows_as_of(after, catalogue, second, tmp_path)
     assert cache["used"] is False and "measured since" in cache["reason"]
     assert attempt in rows.attempt_id.tolist()
-    assert_same(rows, examples_as_of(after, catalogue, second - WINDOW, second, None)[0])
+    assert_same(rows, rows_as_of(after, catalogue, second, None)[0])
 
 
 def test_a_checkpoint_of_other_row_code_is_not_used(history: History, catalogue: Catalogue, tmp_path: Path) -> None:
     first, second = nights(history)
-    examples_as_of(history, catalogue, first - WINDOW, first, tmp_path)
+    rows_as_of(history, catalogue, first, tmp_path)
     meta = json.loads((tmp_path / META).read_text())
     (tmp_path / META).write_text(json.dumps({**meta, "code": "another"}))
-    _, cache = examples_as_of(history, catalogue, second - WINDOW, second, tmp_path)
+    _, cache = rows_as_of(history, catalogue, second, tmp_path)
     assert cache["used"] is False and "code" in cache["reason"]

@@ -70,19 +70,30 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def events_digest(history: History, since: float, before: float) -> str:
-    """A digest of the archive's events before ``before`` (submissions from ``since`` on)."""
+def _table_digest(table: pa.Table) -> bytes:
+    part = table.combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, part.schema) as writer:
+        writer.write_table(part)
+    return hashlib.sha256(sink.getvalue().to_pybytes()).digest()
+
+
+def events_digest(history: History, before: float) -> str:
+    """A digest of the archive's starts and finishes before ``before``."""
     h = hashlib.sha256()
-    for name, table, start in (("finishes", history.finishes, None), ("starts", history.starts, None),
-                               ("submissions", history.submissions, since)):
-        t = table.column("event_time")
-        mask = pc.less(t, before) if start is None else pc.and_(pc.less(t, before), pc.greater_equal(t, start))
-        part = table.filter(mask).combine_chunks()
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, part.schema) as writer:
-            writer.write_table(part)
-        h.update(name.encode() + b"\0" + sink.getvalue().to_pybytes())
+    for table in (history.finishes, history.starts):
+        h.update(_table_digest(table.filter(pc.less(table.column("event_time"), before))))
     return h.hexdigest()[:16]
+
+
+def submission_digests(history: History, since: float, before: float) -> dict[str, str]:
+    """A digest per day of the submissions in ``[since, before)``, by day number: a later run,
+    whose window starts a day or more later, compares the days it still holds."""
+    subs = history.submissions
+    t = subs.column("event_time")
+    subs = subs.filter(pc.and_(pc.greater_equal(t, since), pc.less(t, before)))
+    day = pc.floor(pc.divide(subs.column("event_time"), DAY)).to_numpy(zero_copy_only=False).astype(np.int64)
+    return {str(d): _table_digest(subs.filter(pa.array(day == d))).hex()[:16] for d in np.unique(day).tolist()}
 
 
 def checkpoint_time(history: History, until: float) -> float:
@@ -106,25 +117,24 @@ def _meta(history: History, catalogue: Catalogue, rows_from: float) -> dict[str,
             "unique_ids": ids_unique(history.starts, history.finishes)}
 
 
-def examples_as_of(history: History, catalogue: Catalogue, rows_from: float, until: float,
+def examples_as_of(window: History, catalogue: Catalogue, rows_from: float, until: float,
                    folder: Path | None) -> tuple[Examples, dict[str, Any]]:
-    """The rows a training run builds (the history's events before ``until``; rows for the measured
+    """The rows a training run builds (the events before ``until``; rows for the measured
     submissions from ``rows_from`` on), resumed from the checkpoint in ``folder`` when it holds
-    one this run can use, and a new checkpoint left there. ``history`` holds every submission
-    (the window's start is applied here). Returns the examples and what the cache did."""
-    window = window_history(history, rows_from)
+    one this run can use, and a new checkpoint left there. ``window`` holds the submissions from
+    ``rows_from`` on (:func:`window_history`). Returns the examples and what the cache did."""
     if folder is None:
         return build_examples(window, catalogue, rows_from=rows_from, until=until), \
             {"used": False, "reason": "no cache folder"}
-    meta = _meta(history, catalogue, rows_from)
-    found, reason = _resume(folder, history, catalogue, meta, rows_from, until)
+    meta = _meta(window, catalogue, rows_from)
+    found, reason = _resume(folder, window, catalogue, meta, rows_from, until)
     state, done, since = found if found is not None else (new_state(window, catalogue), None, None)
-    checkpoint = max(checkpoint_time(history, until), since or -np.inf)
+    checkpoint = max(checkpoint_time(window, until), since or -np.inf)
     # Up to the new checkpoint, saved; then on to until.
     head = build_examples(window, catalogue, rows_from=rows_from, until=checkpoint, state=state, since=since)
     head = head if done is None else Examples.concat([done, head])
-    _save(folder, {**meta, "checkpoint": checkpoint, "events": events_digest(history, rows_from, checkpoint)},
-          state, head)
+    _save(folder, {**meta, "checkpoint": checkpoint, "events": events_digest(window, checkpoint),
+                   "submissions": submission_digests(window, rows_from, checkpoint)}, state, head)
     tail = build_examples(window, catalogue, rows_from=rows_from, until=until, state=state, since=checkpoint)
     log.info("training rows: %s", reason)
     return Examples.concat([head, tail]), {"used": found is not None, "reason": reason,
@@ -151,7 +161,10 @@ def _resume(folder: Path, history: History, catalogue: Catalogue, meta: dict[str
     since = float(saved["checkpoint"])
     if not saved["rows_from"] <= rows_from <= since <= until:
         return None, "built cold: the checkpoint's window does not lead into this one"
-    if events_digest(history, saved["rows_from"], since) != saved["events"]:
+    days = submission_digests(history, rows_from, since)
+    if events_digest(history, since) != saved["events"] or \
+            any(saved["submissions"].get(day) != digest for day, digest in days.items()) or \
+            any(int(day) * DAY >= rows_from and day not in days for day in saved["submissions"]):
         return None, "built cold: the archive's events before the checkpoint changed"
     with open(folder / STATE, "rb") as f:
         state, done = pickle.load(f)

@@ -85,8 +85,9 @@ def load_examples(history_dir: Path, catalogue: Catalogue, as_of: float | None, 
     history = read_history(history_dir, with_oracle=False)
     as_of = as_of if as_of is not None else history.last_day + DAY
     rows_from = _rows_from(as_of, window_days)
+    history = window_history(history, rows_from)
     ex, cache = examples_as_of(history, catalogue, rows_from, as_of, row_cache)
-    return window_history(history, rows_from), ex, as_of, cache
+    return history, ex, as_of, cache
 
 
 def train(
