@@ -131,3 +131,13 @@ def test_a_checkpoint_of_other_row_code_is_not_used(history: History, catalogue:
     (tmp_path / META).write_text(json.dumps({**meta, "code": "another"}))
     _, cache = rows_as_of(history, catalogue, second, tmp_path)
     assert cache["used"] is False and "code" in cache["reason"]
+
+
+def test_a_folder_others_can_write_to_is_refused(history: History, catalogue: Catalogue, tmp_path: Path) -> None:
+    """The checkpoint is a pickle, which runs code when loaded: only a private folder holds one."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(PermissionError, match="not private"):
+        rows_as_of(history, catalogue, nights(history)[0], shared)
+    assert not list(shared.iterdir())

@@ -67,7 +67,7 @@ def train_cmd(
         reg = _registry(registry)
         record, report = train(history, reg, day, window_days, None if trees is None else {"n_estimators": trees},
                                row_cache=row_cache)
-    except ValueError as exc:
+    except (ValueError, PermissionError) as exc:  # PermissionError: a --row-cache folder others can write to
         raise _fail(str(exc)) from None
     _print_metrics(report["metrics"], f"holdout {report['holdout']['day']} ({report['holdout']['rows']} attempts)")
     console.print(f"registered [bold]{record.version}[/] (rows {report['timings_s']['rows']}s, "

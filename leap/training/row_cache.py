@@ -22,8 +22,9 @@ Whatever would break that falls back to the cold build, with the reason logged:
   applied windows cannot drop the older ones again. Queued entries can, and are.
 
 The checkpoint is one pickle (the state's own objects) beside a JSON of what it was made from,
-written under temporary names and renamed; only this process's own folder should hold it, since
-a pickle runs code when loaded.
+written under temporary names and renamed. A pickle runs code when loaded, so the folder must be
+private to the trainer's user (:func:`predictor.compiled.private_dir`: created 0700, refused when
+another user owns it or others can write to it).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from features.offline import OfflineFeatureState
 from leap.core.hardware import Catalogue
 from leap.training.dataset import DAY, Examples, History, build_examples, new_state
 from leap.training.events import ids_unique, measured_finish
+from predictor.compiled import private_dir
 
 log = logging.getLogger("leap.row_cache")
 
@@ -126,6 +128,7 @@ def examples_as_of(window: History, catalogue: Catalogue, rows_from: float, unti
     if folder is None:
         return build_examples(window, catalogue, rows_from=rows_from, until=until), \
             {"used": False, "reason": "no cache folder"}
+    folder = private_dir(folder)
     meta = _meta(window, catalogue, rows_from)
     found, reason = _resume(folder, window, catalogue, meta, rows_from, until)
     state, done, since = found if found is not None else (new_state(window, catalogue), None, None)
@@ -200,7 +203,6 @@ def _same_labels(done: Examples, history: History, rows_from: float, since: floa
 
 def _save(folder: Path, meta: dict[str, Any], state: OfflineFeatureState, done: Examples) -> None:
     """The checkpoint, replacing the previous one (state first: a JSON names only a complete pickle)."""
-    folder.mkdir(parents=True, exist_ok=True)
     (folder / META).unlink(missing_ok=True)
     for name, write in ((STATE, lambda f: pickle.dump((state, done), f, protocol=pickle.HIGHEST_PROTOCOL)),
                         (META, lambda f: f.write(json.dumps(meta).encode()))):
