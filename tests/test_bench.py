@@ -149,6 +149,7 @@ def test_train(tmp_path: Path) -> None:
     # the next night resumed from the checkpoint of a run a day earlier: the cold run's rows, less replayed
     assert med["resumed"] == 0 and med["nightly_resumed"] == 1
     assert med["nightly_train_rows"] == med["train_rows"] and med["checkpoint_run_seconds"] > 0
+    assert med["nightly_holdout_acc10"] == med["holdout_acc10"]  # the same rows, the same fit
 
 
 def check_growth(rds: redis.Redis, saved: Path) -> None:
