@@ -15,7 +15,7 @@ import pytest
 
 from leap.core.hardware import Catalogue, load_catalogue
 from leap.training.dataset import DAY, Examples, History, read_history
-from leap.training.row_cache import META, OPEN_DAYS, checkpoint_time, examples_as_of, window_history
+from leap.training.row_cache import META, OPEN_DAYS, STATE, checkpoint_time, examples_as_of, window_history
 
 WINDOW = 4 * DAY  # the next night's window starts before the checkpoint's open attempts
 
@@ -141,3 +141,12 @@ def test_a_folder_others_can_write_to_is_refused(history: History, catalogue: Ca
     with pytest.raises(PermissionError, match="not private"):
         rows_as_of(history, catalogue, nights(history)[0], shared)
     assert not list(shared.iterdir())
+
+
+def test_an_unreadable_checkpoint_builds_cold(history: History, catalogue: Catalogue, tmp_path: Path) -> None:
+    first, second = nights(history)
+    rows_as_of(history, catalogue, first, tmp_path)
+    (tmp_path / STATE).write_bytes(b"not a pickle")
+    rows, cache = rows_as_of(history, catalogue, second, tmp_path)
+    assert cache["used"] is False and "could not be read" in cache["reason"] and cache["saved"] is True
+    assert_same(rows, rows_as_of(history, catalogue, second, None)[0])

@@ -136,12 +136,17 @@ def examples_as_of(window: History, catalogue: Catalogue, rows_from: float, unti
     # Up to the new checkpoint, saved; then on to until.
     head = build_examples(window, catalogue, rows_from=rows_from, until=checkpoint, state=state, since=since)
     head = head if done is None else Examples.concat([done, head])
-    _save(folder, {**meta, "checkpoint": checkpoint, "events": events_digest(window, checkpoint),
-                   "submissions": submission_digests(window, rows_from, checkpoint)}, state, head)
+    saved = True
+    try:
+        _save(folder, {**meta, "checkpoint": checkpoint, "events": events_digest(window, checkpoint),
+                       "submissions": submission_digests(window, rows_from, checkpoint)}, state, head)
+    except OSError as exc:  # a full disk costs the next night its head start, not this night its model
+        log.warning("the rows' checkpoint was not saved in %s: %s", folder, exc)
+        saved = False
     tail = build_examples(window, catalogue, rows_from=rows_from, until=until, state=state, since=checkpoint)
     log.info("training rows: %s", reason)
     return Examples.concat([head, tail]), {"used": found is not None, "reason": reason,
-                                           "resumed_from": since, "checkpoint": checkpoint}
+                                           "resumed_from": since, "checkpoint": checkpoint, "saved": saved}
 
 
 def window_history(history: History, rows_from: float) -> History:
@@ -169,8 +174,11 @@ def _resume(folder: Path, history: History, catalogue: Catalogue, meta: dict[str
             any(saved["submissions"].get(day) != digest for day, digest in days.items()) or \
             any(int(day) * DAY >= rows_from and day not in days for day in saved["submissions"]):
         return None, "built cold: the archive's events before the checkpoint changed"
-    with open(folder / STATE, "rb") as f:
-        state, done = pickle.load(f)
+    try:
+        with open(folder / STATE, "rb") as f:
+            state, done = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError) as exc:
+        return None, f"built cold: the checkpoint could not be read ({exc})"
     state.resolve_with(catalogue.canonical)
     done = done.select(done.submit_time >= rows_from)
     if not _same_labels(done, history, rows_from, since):
@@ -204,6 +212,8 @@ def _same_labels(done: Examples, history: History, rows_from: float, since: floa
 def _save(folder: Path, meta: dict[str, Any], state: OfflineFeatureState, done: Examples) -> None:
     """The checkpoint, replacing the previous one (state first: a JSON names only a complete pickle)."""
     (folder / META).unlink(missing_ok=True)
+    for stale in folder.glob(".checkpoint.*"):  # a temporary file a crashed run left
+        stale.unlink(missing_ok=True)
     for name, write in ((STATE, lambda f: pickle.dump((state, done), f, protocol=pickle.HIGHEST_PROTOCOL)),
                         (META, lambda f: f.write(json.dumps(meta).encode()))):
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
