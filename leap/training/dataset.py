@@ -201,14 +201,10 @@ def new_state(history: History, catalogue: Catalogue, unseen_types: frozenset[st
 def build_examples(
     history: History,
     catalogue: Catalogue,
-    full_from: float | None = None,
-    full_per_day: int = 1500,
-    seed: int = 0,
-    rows_from: float | None = None,
-    until: float | None = None,
+    full_from: float | None = None, full_per_day: int = 1500, seed: int = 0,
+    rows_from: float | None = None, until: float | None = None,
     unseen_types: frozenset[str] = frozenset(),
-    state: OfflineFeatureState | None = None,
-    since: float | None = None,
+    state: OfflineFeatureState | None = None, since: float | None = None,
 ) -> Examples:
     """Replay the history in event-time order and build point-in-time training examples.
 
@@ -227,10 +223,8 @@ def build_examples(
         If given, rows only for these model types, built as if the fleet had never run them (their
         events feed no shared aggregate: :class:`features.offline.OfflineFeatureState`).
     state, since
-        Resume a replay: ``state`` holds every event of ``history`` before ``since``, and only the
-        events from ``since`` on are replayed, building the rows a whole replay builds for the
-        submissions from then on (:mod:`leap.training.row_cache`). None: a fresh state
-        (:func:`new_state`), every event. ``state`` is changed in place.
+        Resume a replay (:mod:`leap.training.row_cache`): ``state`` (changed in place) holds every
+        event before ``since``; only the later ones are replayed. None: a fresh state, every event.
 
     Returns
     -------
@@ -256,8 +250,8 @@ def build_examples(
             if not keep[row]:
                 continue
             done = outcomes[int(finish_of[row])]
-            # The state holds only events before this submission, never this attempt's outcome.
-            # Paired ratios are summarised only for the rows built (the costly part of a snapshot).
+            # Events before this submission only, never its outcome; paired ratios summarised only
+            # for the rows built (the costly part of a snapshot).
             snap = state.snapshot(sub, candidates=(done.hardware,))
             n = out.add(sub, done, snap)
             if sample.wants(sub) and sample.take(sub):
