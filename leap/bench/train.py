@@ -29,6 +29,8 @@ from typing import Any
 
 from leap.bench.common import Figures, report, say
 from leap.fleet.history import simulate, write_history
+from leap.training.days import day_text
+from leap.training.nightly import last_archived_day
 
 HISTORY_START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
 
@@ -61,19 +63,14 @@ def train_once(history: Path, window_days: int, scratch: Path, trees: int | None
     }
 
 
-def last_day(history: Path) -> str:
-    """The archive's last day (``YYYY-MM-DD``), from its submissions' day folders."""
-    days = sorted(p.name.removeprefix("day=") for p in (history / "submissions").glob("day=*"))
-    if not days:
-        raise ValueError(f"{history}: no day folders under submissions/")
-    return days[-1]
-
-
 def nightly_once(history: Path, window_days: int, scratch: Path, trees: int | None) -> Figures:
     """The night after a run as of the archive's last day: ``leap train`` resumed from the
     checkpoint that run left (:mod:`leap.training.row_cache`), so it replays the last day only."""
     cache = scratch / f"row-cache-{time.monotonic_ns()}"
-    first = train_once(history, window_days, scratch, trees, as_of=last_day(history), row_cache=cache)
+    last = last_archived_day(history)
+    if last is None:
+        raise ValueError(f"{history}: no day folders under submissions/")
+    first = train_once(history, window_days, scratch, trees, as_of=day_text(last), row_cache=cache)
     night = train_once(history, window_days, scratch, trees, row_cache=cache)
     return {"checkpoint_run_seconds": first["seconds"], **{f"nightly_{k}": v for k, v in night.items()}}
 

@@ -80,8 +80,7 @@ def load_examples(history_dir: Path, catalogue: Catalogue, as_of: float | None, 
 
     Submissions before the window get no row and change no state but the configuration aggregates
     (which only a partial submission reads: one in the window reads the window's submissions
-    only): left out of the replay, they never sit in memory beside the feature state (0.2 GB of
-    0.44 at 60 days x 20,000)."""
+    only): left out of the replay, they never sit in memory beside the feature state."""
     history = read_history(history_dir, with_oracle=False)
     as_of = as_of if as_of is not None else history.last_day + DAY
     rows_from = _rows_from(as_of, window_days)
