@@ -116,7 +116,10 @@ class LightGBMThroughput(ThroughputModel):
     feature_groups
         Which groups of :data:`features.rows.GROUPS` the model may use (ablations).
     num_threads
-        Set once here: passing it on every predict call makes LightGBM reconfigure on every call.
+        Threads per fit; 0 (default) is OpenMP's choice: ``OMP_NUM_THREADS`` if set, else every core
+        the process may use. Give a trainer only the cores it owns: LightGBM's threads spin while
+        they wait, so two fits of two threads each on two cores ran four times slower than one
+        each. Figures move a little with the count. Serving predicts on one thread.
     base_linear
         Linear models in the base model's leaves.
     learned_roofline
@@ -152,7 +155,7 @@ class LightGBMThroughput(ThroughputModel):
         min_child_samples: int = 30,
         target: str = "residual",
         feature_groups: tuple[str, ...] = ("config", "hardware", "prior", "lookup", "paired"),
-        num_threads: int = 2,
+        num_threads: int = 0,
         base_linear: bool = True,
         learned_roofline: bool = True,
         job_effects: bool = True,

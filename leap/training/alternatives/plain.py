@@ -70,7 +70,7 @@ class PlainLightGBM(ThroughputModel):
         ``residual`` (``log(y) - log_prior`` where there is a prior), ``anchor`` (``log(y) -
         anchor``, the anchor also an input) or ``log``.
     num_threads
-        Threads for fitting and predicting.
+        Threads for fitting and predicting; 0 (default) is OpenMP's choice, as the served model's.
     seed
         Makes training deterministic.
     """
@@ -78,7 +78,7 @@ class PlainLightGBM(ThroughputModel):
     kind: ClassVar[str] = "lightgbm_plain"
 
     def __init__(self, num_leaves: int = 31, n_estimators: int = 300, learning_rate: float = 0.05,
-                 min_child_samples: int = 20, target: str = "residual", num_threads: int = 2, seed: int = 0) -> None:
+                 min_child_samples: int = 20, target: str = "residual", num_threads: int = 0, seed: int = 0) -> None:
         super().__init__()
         self.num_leaves = num_leaves
         self.n_estimators = n_estimators
