@@ -255,8 +255,9 @@ class LightGBMThroughput(ThroughputModel):
             rows = {**rows, LEARNED_ROOFLINE: self.roofline_.predict(rows)}
         return self._matrix(rows, self.base_features_)
 
-    def _with_base(self, rows: Rows) -> Rows:
-        """Rows plus the base model's columns and the blended transfer (:data:`DERIVED`)."""
+    def _base_estimates(self, rows: Rows, threads: int) -> tuple[np.ndarray, np.ndarray]:
+        """The base model's log throughput of each row, and its log ratio from the row's prior
+        hardware to the row's (NaN without a prior on a type seen in training), unclipped."""
         n = len(rows["hardware"])
         base = base_prior = np.full(n, np.nan)
         if self.base_ is not None:
@@ -265,10 +266,15 @@ class LightGBMThroughput(ThroughputModel):
             if has_prior.any():  # the same configuration on the job's prior hardware (a type seen in training)
                 swapped = with_hardware(subset(rows, has_prior), self.hardware_specs_, prior_hw[has_prior])
                 prior_x = self._base_matrix(swapped)
-                base, base_prior[has_prior] = predict_together(trees, x, prior_x, self.predict_threads)
+                base, base_prior[has_prior] = predict_together(trees, x, prior_x, threads)
             else:
-                base = np.asarray(trees.predict(x, num_threads=self.predict_threads))
-        ratio = base - base_prior
+                base = np.asarray(trees.predict(x, num_threads=threads))
+        return base, base - base_prior
+
+    def _with_base(self, rows: Rows, estimates: tuple[np.ndarray, np.ndarray] | None = None) -> Rows:
+        """Rows plus the base model's columns and the blended transfer (:data:`DERIVED`); ``estimates``:
+        :meth:`_base_estimates` of these rows, when already known."""
+        base, ratio = self._base_estimates(rows, self.predict_threads) if estimates is None else estimates
         if self.base_ratio_span_ is not None:
             ratio = np.clip(ratio, *self.base_ratio_span_)  # NaN stays NaN
         base_transfer = rows["prior_other_log"] + ratio
@@ -333,11 +339,11 @@ class LightGBMThroughput(ThroughputModel):
         held = (job_folds(groups, round(1 / HOLDOUT_SHARE), self.seed) == 0) if groups is not None \
             else np.random.default_rng(self.seed).random(len(y)) < HOLDOUT_SHARE
         fit_rows, fit_y = subset(rows, ~held), y[~held]
-        self._fit_base(fit_rows, fit_y, None if groups is None else np.asarray(groups)[~held])
+        estimates = self._fit_base(fit_rows, fit_y, None if groups is None else np.asarray(groups)[~held])
         held_rows, held_y = subset(rows, held), y[held]
         level = evidence_level(held_rows)
         self.blend_k_ = self._choose_blend([self._with_base(held_rows)], [held_y])
-        self._fit_main(fit_rows, fit_y)
+        self._fit_main(fit_rows, fit_y, estimates)
         based = self._with_base(held_rows)  # with the chosen blend
         anchor, correction = self._anchor_and_correction(based)
         held_groups = np.asarray(groups)[held] if groups is not None else np.arange(int(held.sum()))
@@ -392,8 +398,7 @@ class LightGBMThroughput(ThroughputModel):
             new = self._fold_outcome(rows, y, by_type, view)
             # held-out rows of one type are not independent: the new-type gates judge by types
             new_clusters = np.concatenate([types[held] for _, held in by_type]) if by_type else types[:0]
-        self._fit_base(rows, y, groups)
-        self._fit_main(rows, y)
+        self._fit_main(rows, y, self._fit_base(rows, y, groups))
         if known is not None:
             self.trust_by_evidence_, self.gate_, self.band_, self.band_by_evidence_, _ = self._calibration(*known)
         if new is not None:
@@ -420,7 +425,7 @@ class LightGBMThroughput(ThroughputModel):
         outcome: list[_Outcome] = []
         for part, held in parts:
             part.blend_k_, part.blend_k_new_type_ = self.blend_k_, self.blend_k_new_type_
-            part._fit_main(subset(rows, ~held), y[~held])
+            part._fit_main(subset(rows, ~held), y[~held], None)  # a small table: predicting again costs little
             held_rows = subset(rows, held) if view is None else view(held)
             based = part._with_base(held_rows)
             outcome.append((*part._anchor_and_correction(based), y[held], evidence_level(held_rows),
@@ -453,13 +458,15 @@ class LightGBMThroughput(ThroughputModel):
         if unknown:
             raise ValueError(f"unknown feature groups {sorted(unknown)}; known: {sorted(GROUPS)}")
 
-    def _fit_base(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> None:
+    def _fit_base(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
         """Fit the base model (and the learned roofline it reads) on log throughput of ``rows``;
-        ``groups`` (job keys, or None) is used to remove each job's own speed factor."""
+        ``groups`` (job keys, or None) is used to remove each job's own speed factor. Returns its
+        :meth:`_base_estimates` of ``rows`` (None without a base model), which :meth:`_fit_main`
+        reads rather than predicting every training row again."""
         self.base_ = self.roofline_ = self.base_ratio_span_ = None
         self.model_types_ = set(rows["model_type"].astype(str).tolist())
         if not self._uses_base():
-            return
+            return None
         self.base_features_ = [c for g in BASE_GROUPS if g in self.feature_groups for c in GROUPS[g]
                                if c not in PAIR_COLUMNS]
         self.hardware_specs_ = hardware_table(rows)
@@ -493,16 +500,18 @@ class LightGBMThroughput(ThroughputModel):
         # Linear leaves extrapolate: for a configuration far from those it was fitted on, the ratio
         # between two parts can take any size (e^19 on one simulator row). Ratios are kept within
         # the span the base model gives its own training rows.
-        ratio = self._with_base(rows)["base_ratio"]
-        finite = ratio[np.isfinite(ratio)]
+        estimates = self._base_estimates(rows, self.num_threads)
+        finite = estimates[1][np.isfinite(estimates[1])]
         self.base_ratio_span_ = (float(finite.min()), float(finite.max())) if finite.size else None
+        return estimates
 
-    def _fit_main(self, rows: Rows, y: np.ndarray) -> None:
-        """Fit the main model on its target against the anchors (after the base model)."""
+    def _fit_main(self, rows: Rows, y: np.ndarray, estimates: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """Fit the main model on its target against the anchors, after the base model, whose
+        :meth:`_fit_base` gave ``estimates`` of the same rows."""
         self.features_ = [c for g in self.feature_groups for c in GROUPS[g]]
         if self._uses_base():
             self.features_ += [c for c in DERIVED if "prior" in self.feature_groups or c == "base_log"]
-        rows = self._with_base(rows)
+        rows = self._with_base(rows, estimates)
         anchor = self._anchor(rows)
         usable = np.isfinite(anchor) & (y > 0)
         data = lgb.Dataset(
