@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import lightgbm as lgb
 import numpy as np
 
 from predictor.compiled import TreePredictor
@@ -67,3 +68,17 @@ def job_effects(residual: np.ndarray, groups: np.ndarray, shrink: float = 1.0) -
     sums = np.bincount(inverse, weights=residual, minlength=len(keys))
     counts = np.bincount(inverse, minlength=len(keys))
     return np.asarray((sums / (counts + shrink))[inverse])
+
+
+def train_stopping_early(params: dict[str, Any], data: lgb.Dataset, rounds: int, valid: lgb.Dataset | None,
+                         patience: int) -> lgb.Booster:
+    """``lgb.train`` of at most ``rounds`` trees, stopped once the loss on ``valid`` has not improved
+    for ``patience`` rounds and cut to its best round, so that a saved or compiled model holds only
+    the trees it predicts with. Without ``valid``, or with ``patience`` 0, all ``rounds``."""
+    if valid is None or patience <= 0:
+        return lgb.train(params, data, num_boost_round=rounds)
+    booster = lgb.train(params, data, num_boost_round=rounds, valid_sets=[valid],
+                        callbacks=[lgb.early_stopping(patience, verbose=False)])
+    if 0 < booster.best_iteration < booster.current_iteration():
+        booster = lgb.Booster(model_str=booster.model_to_string(num_iteration=booster.best_iteration))
+    return booster

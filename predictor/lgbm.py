@@ -52,6 +52,7 @@ from predictor.boosting import (
     job_effects,
     map_values,
     predict_together,
+    train_stopping_early,
 )
 from predictor.calibration import (
     EVIDENCE,
@@ -110,7 +111,9 @@ class LightGBMThroughput(ThroughputModel):
     Parameters
     ----------
     num_leaves, n_estimators, learning_rate, min_child_samples
-        LightGBM's own.
+        LightGBM's own; ``n_estimators`` is the most the main model grows.
+    early_stopping_rounds
+        With a held-out tenth, the main model stops when this many trees did not improve it there (0: never).
     target
         ``residual`` (default), ``log`` or ``raw`` (per-accelerator samples/s).
     feature_groups
@@ -153,6 +156,7 @@ class LightGBMThroughput(ThroughputModel):
         n_estimators: int = 300,
         learning_rate: float = 0.08,
         min_child_samples: int = 30,
+        early_stopping_rounds: int = 20,
         target: str = "residual",
         feature_groups: tuple[str, ...] = ("config", "hardware", "prior", "lookup", "paired"),
         num_threads: int = 0,
@@ -171,6 +175,7 @@ class LightGBMThroughput(ThroughputModel):
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.min_child_samples = min_child_samples
+        self.early_stopping_rounds = early_stopping_rounds
         self.target = target
         self.feature_groups = tuple(feature_groups)
         self.num_threads = num_threads
@@ -212,9 +217,10 @@ class LightGBMThroughput(ThroughputModel):
         return {
             "num_leaves": self.num_leaves, "n_estimators": self.n_estimators,
             "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
-            "target": self.target, "feature_groups": list(self.feature_groups),
-            "num_threads": self.num_threads, "base_linear": self.base_linear,
-            "learned_roofline": self.learned_roofline, "job_effects": self.job_effects, "blend": self.blend,
+            "early_stopping_rounds": self.early_stopping_rounds, "target": self.target,
+            "feature_groups": list(self.feature_groups), "num_threads": self.num_threads,
+            "base_linear": self.base_linear, "learned_roofline": self.learned_roofline,
+            "job_effects": self.job_effects, "blend": self.blend,
             "trust": self.trust, "correction": self.correction, "selectors": self.selectors, "gate": self.gate,
             "seed": self.seed,
         }
@@ -272,8 +278,7 @@ class LightGBMThroughput(ThroughputModel):
         return base, base - base_prior
 
     def _with_base(self, rows: Rows, estimates: tuple[np.ndarray, np.ndarray] | None = None) -> Rows:
-        """Rows plus the base model's columns and the blended transfer (:data:`DERIVED`); ``estimates``:
-        :meth:`_base_estimates` of these rows, when already known."""
+        """Rows plus the base model's columns and the blended transfer (:data:`DERIVED`)."""
         base, ratio = self._base_estimates(rows, self.predict_threads) if estimates is None else estimates
         if self.base_ratio_span_ is not None:
             ratio = np.clip(ratio, *self.base_ratio_span_)  # NaN stays NaN
@@ -343,8 +348,8 @@ class LightGBMThroughput(ThroughputModel):
         held_rows, held_y = subset(rows, held), y[held]
         level = evidence_level(held_rows)
         self.blend_k_ = self._choose_blend([self._with_base(held_rows)], [held_y])
-        self._fit_main(fit_rows, fit_y, estimates)
         based = self._with_base(held_rows)  # with the chosen blend
+        self._fit_main(fit_rows, fit_y, estimates, stop_on=(based, held_y))
         anchor, correction = self._anchor_and_correction(based)
         held_groups = np.asarray(groups)[held] if groups is not None else np.arange(int(held.sum()))
         select_fn = (lambda served: self._cross_selected(based, served, held_y, level, held_groups)) \
@@ -437,9 +442,7 @@ class LightGBMThroughput(ThroughputModel):
 
     def _sibling(self) -> LightGBMThroughput:
         """An unfitted model with these parameters, vocabularies and tree sizes (for one fold)."""
-        params = self.get_params()
-        params["feature_groups"] = tuple(params["feature_groups"])
-        model = type(self)(**params)
+        model = type(self)(**{**self.get_params(), "feature_groups": self.feature_groups})
         model.vocab_, model.size_, model.categories_ = self.vocab_, self.size_, self.categories_
         return model
 
@@ -450,19 +453,16 @@ class LightGBMThroughput(ThroughputModel):
         return 0.0 if self.blend == "paired" else choose_blend_on(held, held_y)
 
     def _check_params(self) -> None:
-        if self.target not in TARGETS:
-            raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
-        if self.blend not in BLENDS:
-            raise ValueError(f"blend must be one of {BLENDS}, got {self.blend!r}")
-        unknown = set(self.feature_groups) - set(GROUPS)
-        if unknown:
+        for name, value, known in (("target", self.target, TARGETS), ("blend", self.blend, BLENDS)):
+            if value not in known:
+                raise ValueError(f"{name} must be one of {known}, got {value!r}")
+        if unknown := set(self.feature_groups) - set(GROUPS):
             raise ValueError(f"unknown feature groups {sorted(unknown)}; known: {sorted(GROUPS)}")
 
     def _fit_base(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
         """Fit the base model (and the learned roofline it reads) on log throughput of ``rows``;
         ``groups`` (job keys, or None) is used to remove each job's own speed factor. Returns its
-        :meth:`_base_estimates` of ``rows`` (None without a base model), which :meth:`_fit_main`
-        reads rather than predicting every training row again."""
+        :meth:`_base_estimates` of ``rows`` (None without a base model) for :meth:`_fit_main`."""
         self.base_ = self.roofline_ = self.base_ratio_span_ = None
         self.model_types_ = set(rows["model_type"].astype(str).tolist())
         if not self._uses_base():
@@ -505,21 +505,26 @@ class LightGBMThroughput(ThroughputModel):
         self.base_ratio_span_ = (float(finite.min()), float(finite.max())) if finite.size else None
         return estimates
 
-    def _fit_main(self, rows: Rows, y: np.ndarray, estimates: tuple[np.ndarray, np.ndarray] | None) -> None:
+    def _fit_main(self, rows: Rows, y: np.ndarray, estimates: tuple[np.ndarray, np.ndarray] | None,
+                  stop_on: tuple[Rows, np.ndarray] | None = None) -> None:
         """Fit the main model on its target against the anchors, after the base model, whose
-        :meth:`_fit_base` gave ``estimates`` of the same rows."""
+        :meth:`_fit_base` gave ``estimates`` of the same rows; ``stop_on``: held-out rows (with the
+        base model's columns) and their throughput, to stop adding trees once they stop helping."""
         self.features_ = [c for g in self.feature_groups for c in GROUPS[g]]
         if self._uses_base():
             self.features_ += [c for c in DERIVED if "prior" in self.feature_groups or c == "base_log"]
-        rows = self._with_base(rows, estimates)
-        anchor = self._anchor(rows)
+        data = self._main_data(self._with_base(rows, estimates), y)
+        self.booster_ = train_stopping_early(
+            self._params(int(self.size_["min_child_samples"])), data, int(self.size_["n_estimators"]),
+            None if stop_on is None else self._main_data(*stop_on, reference=data), self.early_stopping_rounds)
+
+    def _main_data(self, based: Rows, y: np.ndarray, reference: lgb.Dataset | None = None) -> lgb.Dataset:
+        """The main model's rows (those with an anchor and a measurement) and targets."""
+        anchor = self._anchor(based)
         usable = np.isfinite(anchor) & (y > 0)
-        data = lgb.Dataset(
-            self._matrix(rows)[usable], label=self._to_target(y[usable], anchor[usable]),
-            feature_name=self.features_, categorical_feature=[c for c in self.features_ if c in CATEGORICAL],
-        )
-        self.booster_ = lgb.train(self._params(int(self.size_["min_child_samples"])), data,
-                                  num_boost_round=int(self.size_["n_estimators"]))
+        return lgb.Dataset(self._matrix(based)[usable], label=self._to_target(y[usable], anchor[usable]),
+                           feature_name=self.features_, reference=reference,
+                           categorical_feature=[c for c in self.features_ if c in CATEGORICAL])
 
     def _calibration(self, anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray,
                      fallback: np.ndarray, select_fn: Callable[[np.ndarray], np.ndarray] | None = None,
@@ -663,8 +668,7 @@ class LightGBMThroughput(ThroughputModel):
 
     @classmethod
     def from_artifact(cls, state: dict[str, Any], texts: dict[str, str]) -> LightGBMThroughput:
-        params = dict(state["params"])
-        params["feature_groups"] = tuple(params["feature_groups"])
+        params = {**state["params"], "feature_groups": tuple(state["params"]["feature_groups"])}
         return cls(**params).load_state(state)._put_back(state, texts)
 
     def _put_back(self, state: dict[str, Any], texts: dict[str, str]) -> LightGBMThroughput:

@@ -1,10 +1,12 @@
-"""Serving helpers of the served model give what the numpy formulations they replace gave."""
+"""Helpers of the served model: serving ones give what the numpy formulations they replace gave;
+the early-stopped fit keeps only the trees it predicts with."""
 
 from __future__ import annotations
 
+import lightgbm as lgb
 import numpy as np
 
-from predictor.boosting import map_values
+from predictor.boosting import map_values, train_stopping_early
 
 
 def test_map_values_equals_unique_and_lookup() -> None:
@@ -16,3 +18,22 @@ def test_map_values_equals_unique_and_lookup() -> None:
     assert got.dtype == np.float64 and got.tobytes() == expected.tobytes()
     assert map_values(values[:0], table, -1, np.int64).shape == (0,)
     assert map_values(values, {"H100": True}, False, bool).tolist() == [True, False, False, True] + [False] * 4
+
+
+def test_early_stopping_keeps_only_the_best_rounds_trees() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 4))
+    y = x[:, 0] + rng.normal(scale=2.0, size=600)  # mostly noise: held-out loss stops improving early
+    params = {"objective": "regression", "num_leaves": 31, "learning_rate": 0.3, "min_child_samples": 5,
+              "verbose": -1, "num_threads": 1, "seed": 0, "deterministic": True}
+    data = lgb.Dataset(x[:400], label=y[:400])
+    valid = lgb.Dataset(x[400:], label=y[400:], reference=data)
+    full = lgb.train(params, lgb.Dataset(x[:400], label=y[:400]), num_boost_round=200)
+    stopped = train_stopping_early(params, data, 200, valid, patience=10)
+    kept = stopped.num_trees()
+    assert 1 <= kept < 200
+    losses = [float(np.mean((full.predict(x[400:], num_iteration=k) - y[400:]) ** 2)) for k in range(1, kept + 11)]
+    assert int(np.argmin(losses)) + 1 == kept  # the best round of those it tried, and no tree after it
+    np.testing.assert_allclose(stopped.predict(x), full.predict(x, num_iteration=kept), rtol=1e-12)
+    assert train_stopping_early(params, lgb.Dataset(x[:400], label=y[:400]), 50, None, 10).num_trees() == 50
+    assert train_stopping_early(params, lgb.Dataset(x[:400], label=y[:400]), 50, valid, 0).num_trees() == 50

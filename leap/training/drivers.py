@@ -75,6 +75,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("medium", "medium (31 leaves, 150 trees)", "size", (("num_leaves", 31), ("n_estimators", 150))),
     Variant("trees_150", "fewer trees (63 leaves, 150 trees)", "size", (("num_leaves", 63), ("n_estimators", 150))),
     Variant("large", "large (255 leaves, 600 trees)", "size", (("num_leaves", 255), ("n_estimators", 600))),
+    Variant("all_trees", "main model grows all its trees (no early stopping)", "size", (("early_stopping_rounds", 0),)),
     Variant("constant_leaves", "base model with constant leaves", "size", (("base_linear", False),)),
     Variant("target_log", "target log(y)", "target", (("target", "log"),)),
     Variant("target_raw", "target raw y", "target", (("target", "raw"),)),
