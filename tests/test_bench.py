@@ -150,6 +150,7 @@ def test_train(tmp_path: Path) -> None:
     assert med["resumed"] == 0 and med["nightly_resumed"] == 1
     assert med["nightly_train_rows"] == med["train_rows"] and med["checkpoint_run_seconds"] > 0
     assert med["nightly_holdout_acc10"] == med["holdout_acc10"]  # the same rows, the same fit
+    assert 1 <= med["main_trees"] <= 3  # --trees is the most the main model grows
 
 
 def check_growth(rds: redis.Redis, saved: Path) -> None:

@@ -59,6 +59,7 @@ def train_once(history: Path, window_days: int, scratch: Path, trees: int | None
         "fit_s": float(rep["timings_s"]["fit"]),
         "train_rows": float(rep["training_window"]["rows"]),
         "holdout_acc10": float(rep["metrics"]["lightgbm"]["acc@10"]),
+        "main_trees": float(rep["trees"]["main"]),
         "resumed": float(bool(rep["row_cache"]["used"])),
     }
 

@@ -132,6 +132,9 @@ def train(
         "history": str(history_dir),
         "data_hash": data_hash,
         "features": model.features_,
+        # the main model stops growing on its held-out tenth: how many trees it kept
+        "trees": {"main": model.booster_.num_trees() if model.booster_ is not None else 0,
+                  "base": model.base_.num_trees() if model.base_ is not None else 0},
         "metrics": metrics,
         "timings_s": {"rows": round(t_rows, 1), "fit": round(t_fit, 1)},
         "row_cache": cache,
