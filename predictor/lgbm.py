@@ -171,11 +171,8 @@ class LightGBMThroughput(ThroughputModel):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        self.num_leaves = num_leaves
-        self.n_estimators = n_estimators
-        self.learning_rate = learning_rate
-        self.min_child_samples = min_child_samples
-        self.early_stopping_rounds = early_stopping_rounds
+        self.num_leaves, self.n_estimators, self.learning_rate = num_leaves, n_estimators, learning_rate
+        self.min_child_samples, self.early_stopping_rounds = min_child_samples, early_stopping_rounds
         self.target = target
         self.feature_groups = tuple(feature_groups)
         self.num_threads = num_threads

@@ -191,12 +191,12 @@ def test_main_model_stops_on_its_held_out_tenth_and_keeps_the_trees_it_grew(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from predictor import lgbm, selector
 
-    stopped, _ = served_with_selectors  # the conftest fit: held-out tenth, at most 40 trees
+    grown, _ = served_with_selectors  # the conftest fit: held-out tenth, all 40 trees
     ex = build_examples(read_history(small_history), load_catalogue())
     sp = split(ex, float(np.floor(ex.submit_time.max() / 86400) * 86400) + 86400, window_days=30)
     monkeypatch.setattr(lgbm, "HOLDOUT_FROM", 1000)
     monkeypatch.setattr(selector, "MIN_ROWS", 30)
-    grown = LightGBMThroughput(n_estimators=40, num_leaves=15, num_threads=1, early_stopping_rounds=0).fit(
+    stopped = LightGBMThroughput(n_estimators=40, num_leaves=15, num_threads=1).fit(
         sp.train.rows, sp.train.y, sp.train.job_key)
     assert grown.booster_ is not None and stopped.booster_ is not None
     kept = stopped.booster_.num_trees()
