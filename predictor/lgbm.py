@@ -344,8 +344,9 @@ class LightGBMThroughput(ThroughputModel):
         estimates = self._fit_base(fit_rows, fit_y, None if groups is None else np.asarray(groups)[~held])
         held_rows, held_y = subset(rows, held), y[held]
         level = evidence_level(held_rows)
-        self.blend_k_ = self._choose_blend([self._with_base(held_rows)], [held_y])
-        based = self._with_base(held_rows)  # with the chosen blend
+        held_estimates = self._base_estimates(held_rows, self.num_threads)  # once, for both blends
+        self.blend_k_ = self._choose_blend([self._with_base(held_rows, held_estimates)], [held_y])
+        based = self._with_base(held_rows, held_estimates)  # with the chosen blend
         self._fit_main(fit_rows, fit_y, estimates, stop_on=(based, held_y))
         anchor, correction = self._anchor_and_correction(based)
         held_groups = np.asarray(groups)[held] if groups is not None else np.arange(int(held.sum()))
