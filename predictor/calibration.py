@@ -40,6 +40,11 @@ BLEND_GRID: tuple[float, ...] = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
 #: Standard errors by which a correction must beat none on held-out rows to be trusted
 #: (:func:`leap.core.accuracy.clear_winner`).
 MARGIN = 1.0
+#: Standard errors by which the model must beat the fallback on held-out rows to be served
+#: (:func:`gate_by_evidence`). Stricter than :data:`MARGIN`: a fit takes up to six gate decisions
+#: (three evidence levels, known and new model types), and on a small table each opened by chance
+#: serves a correction below the fallback it replaced.
+GATE_MARGIN = 2.0
 #: Log error at which :func:`choose_blend` stops counting (beyond it, a miss is a miss).
 BLEND_LOSS_CAP = 0.25
 #: Fewest held-out rows of an evidence level that decide its trust or band; fewer keep the defaults.
@@ -127,7 +132,7 @@ def gate_by_evidence(served: np.ndarray, fallback: np.ndarray, y: np.ndarray, le
     """Per evidence level, whether the model's log estimate is served (True) or the fallback's.
 
     The model is kept only where it beats the fallback on held-out rows by more than
-    :data:`MARGIN` standard errors (:func:`leap.core.accuracy.clear_winner`, with the rows'
+    :data:`GATE_MARGIN` standard errors (:func:`leap.core.accuracy.clear_winner`, with the rows'
     ``clusters``, e.g. their model types when whole types were held out); a level with fewer than
     :data:`MIN_ROWS` rows where both have an estimate keeps the fallback, which learns nothing.
     """
@@ -139,7 +144,7 @@ def gate_by_evidence(served: np.ndarray, fallback: np.ndarray, y: np.ndarray, le
             continue
         hit = np.column_stack([hits(np.exp(fallback[sel]), y[sel], TOLERANCE),
                                hits(np.exp(served[sel]), y[sel], TOLERANCE)])
-        out[name] = clear_winner(hit, 0, MARGIN, None if clusters is None else clusters[sel]) == 1
+        out[name] = clear_winner(hit, 0, GATE_MARGIN, None if clusters is None else clusters[sel]) == 1
     return out
 
 

@@ -13,6 +13,7 @@ from leap.core.hardware import load_catalogue
 from predictor.calibration import (
     BLEND_GRID,
     EVIDENCE,
+    GATE_MARGIN,
     MIN_ROWS,
     as_new_type,
     band_by_evidence,
@@ -87,6 +88,18 @@ def test_gate_keeps_the_model_only_where_it_is_clearly_better() -> None:
     fallback = np.where(level == 0, poor, np.where(level == 1, good, good))
     gate = gate_by_evidence(served, fallback, np.exp(y_log), level)
     assert gate == {"same": True, "other": False, "none": False}  # level 2: a tie keeps the fallback
+
+
+@pytest.mark.parametrize(("model_wins", "kept"), [(60, False), (65, True)])
+def test_gate_needs_a_win_of_more_than_two_standard_errors(model_wins: int, kept: bool) -> None:
+    # 100 rows where exactly one of the two lands within 10 %: the model ahead by 20 rows is two
+    # standard errors (sqrt(100) = 10), not more; by 30 it is three.
+    assert GATE_MARGIN == 2.0
+    model_hits = np.arange(100) < model_wins
+    served = np.where(model_hits, 0.0, 0.5)
+    fallback = np.where(model_hits, 0.5, 0.0)
+    gate = gate_by_evidence(served, fallback, np.ones(100), np.zeros(100, dtype=int))
+    assert gate["same"] is kept
 
 
 def test_gate_serves_the_fallback_on_too_few_rows() -> None:
