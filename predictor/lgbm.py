@@ -78,7 +78,7 @@ from predictor.models import (
     chain_estimates,
     first_finite,
 )
-from predictor.selector import PREFIX, fit_selectors, select, select_explained
+from predictor.selector import PREFIX, SELECTOR_GROUPS, fit_selectors, select, select_explained
 
 __all__ = ["ANCHOR_CHAIN", "DERIVED", "EVIDENCE", "LightGBMThroughput", "evidence_level"]
 
@@ -140,7 +140,7 @@ class LightGBMThroughput(ThroughputModel):
     correction
         Apply the main model's correction at all; False serves the anchor (an ablation).
     selectors
-        Fit the selectors (:mod:`predictor.selector`) when there is a held-out tenth.
+        Fit the selectors (:mod:`predictor.selector`) with a held-out tenth and all their feature groups.
     gate
         Serve the model's estimate only where held-out rows show it better than the model-free
         fallback (:func:`predictor.calibration.gate_by_evidence`); False serves it everywhere.
@@ -350,13 +350,15 @@ class LightGBMThroughput(ThroughputModel):
         self._fit_main(fit_rows, fit_y, estimates, stop_on=(based, held_y))
         anchor, correction = self._anchor_and_correction(based)
         held_groups = np.asarray(groups)[held] if groups is not None else np.arange(int(held.sum()))
+        # the selectors read every feature group: an ablation without one has none
+        selects = self.selectors and set(SELECTOR_GROUPS) <= set(self.feature_groups)
         select_fn = (lambda served: self._cross_selected(based, served, held_y, level, held_groups)) \
-            if self.selectors else None
+            if selects else None
         calibration = self._calibration(anchor, correction, held_y, level, self._fallback(based), select_fn)
         self.trust_by_evidence_, self.gate_, self.band_, self.band_by_evidence_, served = calibration
         widest = max(self.band_by_evidence_.values(), key=lambda b: b[1] - b[0])
         self.trust_new_type_, self.gate_new_type_, self.band_new_type_ = {}, {}, dict.fromkeys(EVIDENCE, widest)
-        if self.selectors:
+        if selects:
             self.selectors_ = fit_selectors(based, served, held_y, level, self.num_threads, self.seed)
 
     def _cross_selected(self, based: Rows, served: np.ndarray, y: np.ndarray, level: np.ndarray,

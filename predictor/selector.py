@@ -43,6 +43,10 @@ CONTEXT: tuple[str, ...] = (
     "prior_other_n", "prior_other_age_h", "prior_same_n", "prior_same_age_h", "lookup_model_n", "spec_ratio_peak",
     "spec_ratio_bw", "log_accelerators", "log_batch", "precision_bits", "log_params", "prior_any_n", "attempts",
 )
+#: The feature groups the candidates and the context are made from: a model without one of them
+#: (an ablation) fits no selectors, which would otherwise serve what the ablation removed (the
+#: job's prior, most of all).
+SELECTOR_GROUPS: tuple[str, ...] = ("config", "hardware", "prior", "lookup", "paired")
 #: Fewest held-out rows of a level to fit its selector on; fewer: the model's prediction stands.
 MIN_ROWS = 300
 #: The band a hit lands in (acc@10's).
