@@ -90,11 +90,11 @@ def test_gate_keeps_the_model_only_where_it_is_clearly_better() -> None:
     assert gate == {"same": True, "other": False, "none": False}  # level 2: a tie keeps the fallback
 
 
-@pytest.mark.parametrize(("model_wins", "kept"), [(60, False), (65, True)])
-def test_gate_needs_a_win_of_more_than_two_standard_errors(model_wins: int, kept: bool) -> None:
-    # 100 rows where exactly one of the two lands within 10 %: the model ahead by 20 rows is two
-    # standard errors (sqrt(100) = 10), not more; by 30 it is three.
-    assert GATE_MARGIN == 2.0
+@pytest.mark.parametrize(("extra_wins", "kept"), [(0, False), (5, True)])
+def test_gate_needs_a_win_of_more_than_gate_margin_standard_errors(extra_wins: int, kept: bool) -> None:
+    # 100 rows where exactly one of the two lands within 10 %: one standard error is sqrt(100) = 10
+    # rows, so the model ahead by exactly GATE_MARGIN of them keeps the fallback; ahead by more, not.
+    model_wins = 50 + round(5 * GATE_MARGIN) + extra_wins
     model_hits = np.arange(100) < model_wins
     served = np.where(model_hits, 0.0, 0.5)
     fallback = np.where(model_hits, 0.5, 0.0)

@@ -15,7 +15,7 @@ from predictor.calibration import EVIDENCE
 from predictor.compiled import CompiledTrees
 from predictor.lgbm import LightGBMThroughput
 from predictor.registry import Registry
-from predictor.selector import CANDIDATES, CONTEXT, PREFIX, fit_selectors, select
+from predictor.selector import CANDIDATES, CONTEXT, PREFIX, SELECTOR_GROUPS, fit_selectors, select
 
 
 def synthetic(n: int, seed: int) -> tuple[Rows, np.ndarray, np.ndarray]:
@@ -94,3 +94,19 @@ def test_selectors_are_saved_loaded_and_compiled_with_the_model(
     loaded.compile_trees(tmp_path / "compiled")
     assert all(isinstance(loaded.trees_[name], CompiledTrees) for name in model.selectors_)
     np.testing.assert_allclose(loaded.predict(holdout.rows), expected, rtol=1e-9, atol=0, equal_nan=True)
+
+
+def test_a_model_without_a_feature_group_the_selectors_read_fits_none(small_history: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Selectors would serve the job's prior to an ablation that removed it (docs/model.md, drivers).
+    from leap.core.hardware import load_catalogue
+    from leap.training.dataset import build_examples, read_history
+    from predictor import lgbm
+
+    ex = build_examples(read_history(small_history), load_catalogue())
+    monkeypatch.setattr(lgbm, "HOLDOUT_FROM", 1000)
+    monkeypatch.setattr(selector, "MIN_ROWS", 30)
+    groups = tuple(g for g in SELECTOR_GROUPS if g != "prior")
+    model = LightGBMThroughput(n_estimators=20, num_leaves=15, num_threads=1, feature_groups=groups,
+                               early_stopping_rounds=0).fit(ex.rows, ex.y, ex.job_key)
+    assert model.selectors_ == {}
