@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import lightgbm as lgb
 import numpy as np
@@ -51,7 +51,9 @@ from predictor.boosting import (
     SMALL_SIZE,
     job_effects,
     map_values,
+    predict_distinct,
     predict_together,
+    train_and_score,
     train_stopping_early,
 )
 from predictor.calibration import (
@@ -102,6 +104,7 @@ FALLBACK_GROUPS: dict[str, tuple[str, ...]] = {
 }
 #: Out-of-fold rows: anchor, correction, measured throughput, evidence level, fallback estimate.
 _Outcome = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_Part = tuple["LightGBMThroughput", np.ndarray, tuple[np.ndarray, np.ndarray] | None]  # see _fold_bases
 BLENDS = ("chosen", "base", "paired")
 
 
@@ -119,10 +122,9 @@ class LightGBMThroughput(ThroughputModel):
     feature_groups
         Which groups of :data:`features.rows.GROUPS` the model may use (ablations).
     num_threads
-        Threads per fit; 0 (default) is OpenMP's choice: ``OMP_NUM_THREADS`` if set, else every core
-        the process may use. Give a trainer only the cores it owns: LightGBM's threads spin while
-        they wait, so two fits of two threads each on two cores ran four times slower than one
-        each. Figures move a little with the count. Serving predicts on one thread.
+        Threads per fit; 0 (default) is OpenMP's choice (``OMP_NUM_THREADS``, else every core). Give a
+        trainer only the cores it owns: LightGBM's threads spin while they wait. Figures move a
+        little with the count. Serving predicts on one thread.
     base_linear
         Linear models in the base model's leaves.
     learned_roofline
@@ -258,20 +260,23 @@ class LightGBMThroughput(ThroughputModel):
             rows = {**rows, LEARNED_ROOFLINE: self.roofline_.predict(rows)}
         return self._matrix(rows, self.base_features_)
 
-    def _base_estimates(self, rows: Rows, threads: int) -> tuple[np.ndarray, np.ndarray]:
-        """The base model's log throughput of each row, and its log ratio from the row's prior
-        hardware to the row's (NaN without a prior on a type seen in training), unclipped."""
+    def _base_estimates(self, rows: Rows, threads: int, fitted: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """The base model's log throughput of each row (``fitted`` when given: its estimates of its
+        training rows), and its log ratio from the row's prior hardware to the row's (NaN without a
+        prior on a type seen in training), unclipped."""
         n = len(rows["hardware"])
-        base = base_prior = np.full(n, np.nan)
-        if self.base_ is not None:
-            trees, x, prior_hw = self.trees_.get("base", self.base_), self._base_matrix(rows), rows["prior_hw"]
-            has_prior = map_values(prior_hw, dict.fromkeys(self.hardware_specs_, True), False, bool)
-            if has_prior.any():  # the same configuration on the job's prior hardware (a type seen in training)
-                swapped = with_hardware(subset(rows, has_prior), self.hardware_specs_, prior_hw[has_prior])
-                prior_x = self._base_matrix(swapped)
-                base, base_prior[has_prior] = predict_together(trees, x, prior_x, threads)
-            else:
-                base = np.asarray(trees.predict(x, num_threads=threads))
+        base, base_prior = np.full(n, np.nan), np.full(n, np.nan)
+        if self.base_ is None:
+            return base, base_prior
+        trees, prior_hw = self.trees_.get("base", self.base_), rows["prior_hw"]
+        has_prior = map_values(prior_hw, dict.fromkeys(self.hardware_specs_, True), False, bool)
+        # the same configuration on the job's prior hardware (a type seen in training)
+        swapped = self._base_matrix(with_hardware(subset(rows, has_prior), self.hardware_specs_, prior_hw[has_prior]))
+        if fitted is None:  # one call for both: compiled trees walk all their code once a call
+            base, base_prior[has_prior] = predict_together(trees, self._base_matrix(rows), swapped, threads)
+        else:
+            base, base_prior[has_prior] = fitted, predict_distinct(trees, swapped, threads)
         return base, base - base_prior
 
     def _with_base(self, rows: Rows, estimates: tuple[np.ndarray, np.ndarray] | None = None) -> Rows:
@@ -385,8 +390,8 @@ class LightGBMThroughput(ThroughputModel):
         """
         keys = np.arange(len(y)) if groups is None else np.asarray(groups)
         parts = self._fold_bases(rows, y, groups, job_folds(keys, FOLDS, self.seed))
-        self.blend_k_ = self._choose_blend([m._with_base(subset(rows, held)) for m, held in parts],
-                                           [y[held] for _, held in parts])
+        self.blend_k_ = self._choose_blend([m._with_base(subset(rows, held)) for m, held, _ in parts],
+                                           [y[held] for _, held, _ in parts])
         known = self._fold_outcome(rows, y, parts)
         types = np.asarray(rows["model_type"]).astype(str)
         n_types = len(np.unique(types))
@@ -398,11 +403,11 @@ class LightGBMThroughput(ThroughputModel):
             def view(held: np.ndarray) -> Rows:
                 return subset(new_type_rows, held) if new_type_rows is not None else as_new_type(subset(rows, held))
 
-            self.blend_k_new_type_ = self._choose_blend([m._with_base(view(held)) for m, held in by_type],
-                                                        [y[held] for _, held in by_type])
+            self.blend_k_new_type_ = self._choose_blend([m._with_base(view(held)) for m, held, _ in by_type],
+                                                        [y[held] for _, held, _ in by_type])
             new = self._fold_outcome(rows, y, by_type, view)
             # held-out rows of one type are not independent: the new-type gates judge by types
-            new_clusters = np.concatenate([types[held] for _, held in by_type]) if by_type else types[:0]
+            new_clusters = np.concatenate([types[held] for _, held, _ in by_type]) if by_type else types[:0]
         self._fit_main(rows, y, self._fit_base(rows, y, groups))
         if known is not None:
             self.trust_by_evidence_, self.gate_, self.band_, self.band_by_evidence_, _ = self._calibration(*known)
@@ -411,34 +416,33 @@ class LightGBMThroughput(ThroughputModel):
                 *new, clusters=new_clusters)
 
     def _fold_bases(self, rows: Rows, y: np.ndarray, groups: np.ndarray | None, folds: np.ndarray
-                    ) -> list[tuple[LightGBMThroughput, np.ndarray]]:
-        """A sibling per fold with its base model fitted on the other folds, and the fold's mask."""
+                    ) -> list[_Part]:
+        """Per fold: a sibling with its base fitted on the other folds, the fold's mask, its estimates of them."""
         parts = []
         for f in np.unique(folds):
             held = folds == f
             if held.any() and not held.all():
                 part = self._sibling()
-                part._fit_base(subset(rows, ~held), y[~held], None if groups is None else np.asarray(groups)[~held])
-                parts.append((part, held))
+                keys = None if groups is None else np.asarray(groups)[~held]
+                parts.append((part, held, part._fit_base(subset(rows, ~held), y[~held], keys)))
         return parts
 
-    def _fold_outcome(self, rows: Rows, y: np.ndarray, parts: list[tuple[LightGBMThroughput, np.ndarray]],
+    def _fold_outcome(self, rows: Rows, y: np.ndarray, parts: list[_Part],
                       view: Callable[[np.ndarray], Rows] | None = None) -> _Outcome | None:
         """Each fold's main model fitted on the other folds; every row's anchor, correction, y, level and
         fallback estimate (of the held-out rows as ``view`` of the fold's mask shows them, as they are
         without)."""
         outcome: list[_Outcome] = []
-        for part, held in parts:
+        for part, held, estimates in parts:
             part.blend_k_, part.blend_k_new_type_ = self.blend_k_, self.blend_k_new_type_
-            part._fit_main(subset(rows, ~held), y[~held], None)  # a small table: predicting again costs little
+            part._fit_main(subset(rows, ~held), y[~held], estimates)
             held_rows = subset(rows, held) if view is None else view(held)
             based = part._with_base(held_rows)
             outcome.append((*part._anchor_and_correction(based), y[held], evidence_level(held_rows),
                             part._fallback(based)))
         if not outcome:
             return None
-        anchor, correction, fold_y, level, fallback = (np.concatenate(p) for p in zip(*outcome, strict=True))
-        return anchor, correction, fold_y, level, fallback
+        return cast(_Outcome, tuple(np.concatenate(p) for p in zip(*outcome, strict=True)))
 
     def _sibling(self) -> LightGBMThroughput:
         """An unfitted model with these parameters, vocabularies and tree sizes (for one fold)."""
@@ -478,29 +482,29 @@ class LightGBMThroughput(ThroughputModel):
         if self.base_linear:
             params.update(linear_tree=True, linear_lambda=0.1)
 
-        def train_base(target: np.ndarray) -> lgb.Booster:
+        def train_base(target: np.ndarray) -> tuple[lgb.Booster, np.ndarray]:
             data = lgb.Dataset(
                 self._base_matrix(rows), label=target, feature_name=self.base_features_,
                 categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
             )
-            return lgb.train(params, data, num_boost_round=int(self.size_["n_estimators"]))
+            return train_and_score(params, data, int(self.size_["n_estimators"]))
 
         target = np.log(y)
-        self.base_ = train_base(target)
+        self.base_, fitted = train_base(target)
         if groups is not None and self.job_effects:
             # Refit on targets with each job's own speed factor removed, so that the base
             # learns the hardware, not the jobs.
-            target = target - job_effects(target - self.base_.predict(self._base_matrix(rows)), groups)
+            target = target - job_effects(target - fitted, groups)
         # The roofline reads the configuration; fitting one to a handful of rows says nothing.
         if self.learned_roofline and "config" in self.feature_groups and usable_rows(rows) >= 1000:
             self.roofline_ = LearnedRoofline(seed=self.seed).fit(rows, target)
             self.base_features_.append(LEARNED_ROOFLINE)
         if (groups is not None and self.job_effects) or self.roofline_ is not None:
-            self.base_ = train_base(target)
+            self.base_, fitted = train_base(target)
         # Linear leaves extrapolate: for a configuration far from those it was fitted on, the ratio
         # between two parts can take any size (e^19 on one simulator row). Ratios are kept within
         # the span the base model gives its own training rows.
-        estimates = self._base_estimates(rows, self.num_threads)
+        estimates = self._base_estimates(rows, self.num_threads, fitted)
         finite = estimates[1][np.isfinite(estimates[1])]
         self.base_ratio_span_ = (float(finite.min()), float(finite.max())) if finite.size else None
         return estimates
@@ -555,16 +559,14 @@ class LightGBMThroughput(ThroughputModel):
         if self.booster_ is None:
             raise RuntimeError("model is not fitted")
         trees = self.trees_.get("main", self.booster_)
-        raw = np.asarray(trees.predict(self._matrix(rows), num_threads=self.predict_threads))
-        return self._anchor(rows), raw
+        return self._anchor(rows), np.asarray(trees.predict(self._matrix(rows), num_threads=self.predict_threads))
 
     def _predict_log(self, rows: Rows) -> np.ndarray:
         return self._predict_based(self._with_base(rows), evidence_level(rows))
 
     def _predict_log_explained(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
-        out, estimate = self._serve(self._with_base(rows), evidence_level(rows), explain=True)
-        assert estimate is not None
-        return out, estimate
+        served = self._serve(self._with_base(rows), evidence_level(rows), explain=True)
+        return cast(tuple[np.ndarray, np.ndarray], served)  # with explain, _serve labels every row
 
     def _predict_based(self, based: Rows, level: np.ndarray) -> np.ndarray:
         """:meth:`_predict_log` of rows that already have the base model's columns."""
@@ -631,8 +633,7 @@ class LightGBMThroughput(ThroughputModel):
         # per evidence level, the band of known and of new model types; each row takes its own
         known = np.array([self.band_by_evidence_[k] for k in EVIDENCE])
         fresh = np.array([(self.band_new_type_ or self.band_by_evidence_)[k] for k in EVIDENCE])
-        lo = np.where(new, fresh[level, 0], known[level, 0])
-        hi = np.where(new, fresh[level, 1], known[level, 1])
+        lo, hi = (np.where(new, fresh[level, i], known[level, i]) for i in (0, 1))
         return pred * np.exp(lo), pred * np.exp(hi)
 
     # ------------------------------------------------------------------ persistence (no pickle)
@@ -677,9 +678,8 @@ class LightGBMThroughput(ThroughputModel):
         self.vocab_ = {c: dict(v) for c, v in state["vocab"].items()}
         self.band_by_evidence_ = {k: (float(v[0]), float(v[1])) for k, v in state["band_by_evidence"].items()}
         self.trust_by_evidence_ = {k: float(v) for k, v in state.get("trust_by_evidence", {}).items()}
-        self.blend_k_ = float(state["blend_k"]) if state.get("blend_k") is not None else float("inf")
-        self.blend_k_new_type_ = float(state["blend_k_new_type"]) if state.get("blend_k_new_type") is not None \
-            else float("inf")
+        self.blend_k_, self.blend_k_new_type_ = (float(state[k]) if state.get(k) is not None else float("inf")
+                                                 for k in ("blend_k", "blend_k_new_type"))
         self.trust_new_type_ = {k: float(v) for k, v in state.get("trust_new_type", {}).items()}
         # Artifacts from before the gate served the model everywhere.
         self.gate_ = {k: bool(v) for k, v in state.get("gate", dict.fromkeys(EVIDENCE, True)).items()}

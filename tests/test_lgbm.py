@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -187,20 +188,20 @@ def test_learned_roofline_is_a_base_column_unless_ablated(
 
 
 def test_main_model_stops_on_its_held_out_tenth_and_keeps_the_trees_it_grew(
-        small_history: Path, served_with_selectors: tuple[LightGBMThroughput, Examples],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        small_history: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from predictor import lgbm, selector
 
-    grown, _ = served_with_selectors  # the conftest fit: held-out tenth, all 40 trees
     ex = build_examples(read_history(small_history), load_catalogue())
     sp = split(ex, float(np.floor(ex.submit_time.max() / 86400) * 86400) + 86400, window_days=30)
     monkeypatch.setattr(lgbm, "HOLDOUT_FROM", 1000)
     monkeypatch.setattr(selector, "MIN_ROWS", 30)
-    stopped = LightGBMThroughput(n_estimators=40, num_leaves=15, num_threads=1).fit(
-        sp.train.rows, sp.train.y, sp.train.job_key)
+    # Large steps: the held-out loss stops improving well before the last tree.
+    params: dict[str, Any] = {"n_estimators": 60, "num_leaves": 15, "learning_rate": 0.5, "num_threads": 1}
+    grown = LightGBMThroughput(**params, early_stopping_rounds=0).fit(sp.train.rows, sp.train.y, sp.train.job_key)
+    stopped = LightGBMThroughput(**params, early_stopping_rounds=5).fit(sp.train.rows, sp.train.y, sp.train.job_key)
     assert grown.booster_ is not None and stopped.booster_ is not None
     kept = stopped.booster_.num_trees()
-    assert grown.booster_.num_trees() == 40 and 1 <= kept < 40
+    assert grown.booster_.num_trees() == 60 and 1 <= kept < 60
     # Stopping changes nothing but the count: the kept trees are the first ones of the full fit.
     x = stopped._matrix(stopped._with_base(sp.train.rows))
     np.testing.assert_allclose(stopped.booster_.predict(x), grown.booster_.predict(x, num_iteration=kept), rtol=1e-12)
