@@ -170,8 +170,11 @@ class LearnedRoofline:
         first = [np.zeros_like(p) for p in params]
         second = [np.zeros_like(p) for p in params]
         total = np.full(len(target), np.nan)
+        # Rows share their weights with every row of the same (model type, part, family, vendor):
+        # each step takes the exponentials once per such cell, not once per row.
+        cells, row_cell = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
         for it in range(1, self.steps + 1):
-            grads, total = self._gradients(params, codes, x, target)
+            grads, total = self._gradients(params, codes, (tuple(cells.T), row_cell.ravel()), x, target)
             for p, g, m1, m2 in zip(params, grads, first, second, strict=True):
                 g += self.l2 * (p - p.mean(axis=0)) / max(len(p), 1)
                 m1 *= 0.9
@@ -181,21 +184,24 @@ class LearnedRoofline:
                 p -= self.learning_rate * (m1 / (1 - 0.9**it)) / (np.sqrt(m2 / (1 - 0.999**it)) + 1e-8)
         return total
 
-    def _gradients(self, params: list[np.ndarray], codes: tuple[np.ndarray, ...], x: np.ndarray,
-                   target: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-        """Gradient of the clipped squared log error for each parameter, and the step times."""
+    def _gradients(self, params: list[np.ndarray], codes: tuple[np.ndarray, ...],
+                   cells: tuple[tuple[np.ndarray, ...], np.ndarray], x: np.ndarray, target: np.ndarray
+                   ) -> tuple[list[np.ndarray], np.ndarray]:
+        """Gradient of the clipped squared log error for each parameter, and the step times.
+        ``cells``: the distinct combinations of the four codes, and each row's combination."""
         theta, phi_c, phi_m, phi_f = params
         m, hf, h, v = codes
-        weight = np.exp(self._log_weights(theta[m], phi_c[hf], phi_m[h], phi_f[v]))
-        contrib = weight * x
+        (cm, chf, ch, cv), row_cell = cells
+        contrib = np.exp(self._log_weights(theta[cm], phi_c[chf], phi_m[ch], phi_f[cv]))[row_cell] * x
         total = contrib.sum(axis=1)
         error = np.clip(np.log(total) - target, -0.5, 0.5)
         grad = (2.0 * error / len(target) / total)[:, None] * contrib  # d loss / d log weight
+        by_term = np.ascontiguousarray(grad.T)  # one copy, not one per term
         grads = [
-            np.stack([np.bincount(m, grad[:, k], minlength=len(theta)) for k in range(len(TERMS))], axis=1),
-            np.bincount(hf, grad[:, _COMPUTE], minlength=len(phi_c)),
-            np.bincount(h, grad[:, _WEIGHTS] + grad[:, _ACTIVATIONS], minlength=len(phi_m)),
-            np.bincount(v, grad[:, _FIXED], minlength=len(phi_f)),
+            np.stack([np.bincount(m, by_term[k], minlength=len(theta)) for k in range(len(TERMS))], axis=1),
+            np.bincount(hf, by_term[_COMPUTE], minlength=len(phi_c)),
+            np.bincount(h, by_term[_WEIGHTS] + by_term[_ACTIVATIONS], minlength=len(phi_m)),
+            np.bincount(v, by_term[_FIXED], minlength=len(phi_f)),
         ]
         return grads, total
 
