@@ -3,10 +3,6 @@
 Three things are chosen on held-out rows (a random tenth of a large training set, or every row
 out of fold when the set is small, :func:`job_folds`), each by the accuracy it gives there:
 
-- **blend**: how far to move a job's prior across hardware by the paired ratio other jobs
-  showed (:mod:`features.pairs`) rather than by the base model's ratio. The paired ratio is an
-  average of observations, good when many sit near the job's configuration and poor otherwise,
-  so its share is ``w / (w + k)`` for its kernel weight ``w``; :func:`choose_blend` picks ``k``;
 - **trust**: how much of the main model's correction to apply per evidence level
   (:func:`leap.core.accuracy.best_weight`);
 - **gate**: per evidence level, whether the model's estimate is served at all, or the model-free
@@ -35,8 +31,6 @@ from predictor.models import BAND_QUANTILES
 
 #: Evidence levels of a row: the job ran on this hardware before / only elsewhere / never.
 EVIDENCE = ("same", "other", "none")
-#: Values of ``k`` :func:`choose_blend` tries; ``inf`` keeps the base model's ratio alone.
-BLEND_GRID: tuple[float, ...] = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
 #: Standard errors by which a correction must beat none on held-out rows to be trusted
 #: (:func:`leap.core.accuracy.clear_winner`).
 MARGIN = 1.0
@@ -45,8 +39,6 @@ MARGIN = 1.0
 #: (three evidence levels, known and new model types), and on a small table each opened by chance
 #: serves a correction below the fallback it replaced.
 GATE_MARGIN = 2.0
-#: Log error at which :func:`choose_blend` stops counting (beyond it, a miss is a miss).
-BLEND_LOSS_CAP = 0.25
 #: Fewest held-out rows of an evidence level that decide its trust or band; fewer keep the defaults.
 MIN_ROWS = 30
 #: The band a hit lands in (acc@10's): what the gate compares.
@@ -64,7 +56,11 @@ def paired_transfer(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
 
 
 def blend(base_transfer: np.ndarray, paired: np.ndarray, weight: np.ndarray, k: float) -> np.ndarray:
-    """``base + w / (w + k) x (paired - base)``; either one alone where the other is missing."""
+    """``base + w / (w + k) x (paired - base)``; either one alone where the other is missing.
+
+    The served model takes ``k = 0`` (the paired ratio wherever it has weight) or, as an ablation,
+    ``inf`` (the base model's ratio); artifacts saved when ``k`` was chosen on held-out rows
+    (from a grid of 0 to 10) keep theirs."""
     if not math.isfinite(k):
         share = np.zeros(len(weight))
     else:
@@ -72,34 +68,6 @@ def blend(base_transfer: np.ndarray, paired: np.ndarray, weight: np.ndarray, k: 
             share = np.where(weight + k > 0, weight / (weight + k), 0.0)
     both = base_transfer + share * (paired - base_transfer)
     return np.where(np.isnan(paired), base_transfer, np.where(np.isnan(base_transfer), paired, both))
-
-
-def choose_blend(base_transfer: np.ndarray, paired: np.ndarray, weight: np.ndarray, y: np.ndarray) -> float:
-    """The ``k`` of :data:`BLEND_GRID` whose blend is closest to the measured throughput on rows
-    with both estimates, by the mean log error capped at :data:`BLEND_LOSS_CAP`.
-
-    A capped error, not hit counts: it tells close from far within the 10% band too, so on a few
-    hundred rows it varies less between neighbouring ``k`` than acc@10 does, and an outlier
-    weighs no more than a plain miss. Neither estimate is preferred beforehand.
-    """
-    both = np.isfinite(base_transfer) & np.isfinite(paired) & (y > 0)
-    if both.sum() < MIN_ROWS:
-        return 0.0
-    target = np.log(y[both])
-    losses = [float(np.mean(np.minimum(np.abs(blend(base_transfer[both], paired[both], weight[both], k) - target),
-                                       BLEND_LOSS_CAP)))
-              for k in BLEND_GRID]
-    return BLEND_GRID[int(np.argmin(losses))]
-
-
-def choose_blend_on(held: list[Rows], held_y: list[np.ndarray]) -> float:
-    """:func:`choose_blend` on parts of held-out rows with the base model's ratio carried
-    (``base_transfer_log``) and their measured throughput (no parts: the base ratio alone)."""
-    if not held:
-        return math.inf
-    columns = [(r["base_transfer_log"], *paired_transfer(r)) for r in held]
-    base_transfer, paired, weight = (np.concatenate(c) for c in zip(*columns, strict=True))
-    return choose_blend(base_transfer, paired, weight, np.concatenate(held_y))
 
 
 def trust_by_evidence(anchor: np.ndarray, correction: np.ndarray, y: np.ndarray, level: np.ndarray

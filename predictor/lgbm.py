@@ -8,20 +8,20 @@ Two stages.
    ``base_transfer_log = prior_other_log + base(h) - base(prior_hw)``.
 2. The **main model** predicts the residual ``log(y) - anchor``, where the anchor is the best
    simple estimate the row has (own throughput on this hardware; else the prior carried across
-   by a blend of the base model's ratio and the paired ratio other jobs showed between the two
-   types, :mod:`features.pairs`; else the base model, else lookup medians, else roofline). Trees
-   learn corrections to an already good guess, which the drivers report compares with learning
-   ``log(y)`` directly.
+   by the paired ratio other jobs showed between the two types, :mod:`features.pairs`, or where
+   there is none by the base model's ratio; else the base model, else lookup medians, else
+   roofline). Trees learn corrections to an already good guess, which the drivers report
+   compares with learning ``log(y)`` directly.
 
 The base model's trees are linear in their leaves (``linear_tree``): within a region of
 configurations, log throughput moves nearly linearly with log batch, log FLOPs and the roofline
 terms, which piecewise-constant leaves approximate in steps.
 
-Some of it is chosen on rows the stages were not fitted on (:mod:`predictor.calibration`): the
-paired ratio's share in the blend, and per evidence level (own history here / elsewhere only /
-none) the **trust** in the main model's correction (``anchor + w x correction``: corrections
-learned against anchors the base model computed on its own training rows can overshoot) and the
-split-conformal **band**; all of it apart for model types the training data lacks. From
+Some of it is chosen on rows the stages were not fitted on (:mod:`predictor.calibration`): per
+evidence level (own history here / elsewhere only / none) the **trust** in the main model's
+correction (``anchor + w x correction``: corrections learned against anchors the base model
+computed on its own training rows can overshoot), the **gate** and the split-conformal **band**;
+all of it apart for model types the training data lacks. From
 :data:`HOLDOUT_FROM` training rows on, a tenth of the jobs is held out for this; below, every row
 is scored out of fold (by job, and by model type) and the stages are then fitted on all rows,
 with LightGBM's category settings for few rows and, below :data:`SMALL_ROWS`, small slow trees
@@ -61,7 +61,6 @@ from predictor.calibration import (
     as_new_type,
     band_by_evidence,
     blend,
-    choose_blend_on,
     evidence_level,
     gate_by_evidence,
     gated,
@@ -105,7 +104,7 @@ FALLBACK_GROUPS: dict[str, tuple[str, ...]] = {
 #: Out-of-fold rows: anchor, correction, measured throughput, evidence level, fallback estimate.
 _Outcome = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 _Part = tuple["LightGBMThroughput", np.ndarray, tuple[np.ndarray, np.ndarray] | None]  # see _fold_bases
-BLENDS = ("chosen", "base", "paired")
+BLENDS = ("paired", "base")
 
 
 class LightGBMThroughput(ThroughputModel):
@@ -133,9 +132,9 @@ class LightGBMThroughput(ThroughputModel):
     job_effects
         Refit the base model on targets with each job's own speed factor removed.
     blend
-        How a job's prior is carried across hardware for the anchor: ``chosen`` (the paired
-        ratio's share chosen on held-out rows), ``base`` (the base model's ratio alone) or
-        ``paired`` (the paired ratio wherever there is one).
+        How a job's prior is carried across hardware for the anchor: ``paired`` (the paired ratio
+        wherever other jobs showed one, else the base model's ratio) or ``base`` (the base model's
+        ratio alone, an ablation). Artifacts saved with a share chosen on held-out rows keep it.
     trust
         Scale the main model's correction per evidence level by a weight chosen on held-out rows;
         False applies it whole (model types the training rows lack still get none).
@@ -165,7 +164,7 @@ class LightGBMThroughput(ThroughputModel):
         base_linear: bool = True,
         learned_roofline: bool = True,
         job_effects: bool = True,
-        blend: str = "chosen",
+        blend: str = "paired",
         trust: bool = True,
         correction: bool = True,
         selectors: bool = True,
@@ -325,6 +324,7 @@ class LightGBMThroughput(ThroughputModel):
             :func:`predictor.calibration.as_new_type`.
         """
         self._check_params()
+        self.blend_k_ = self.blend_k_new_type_ = 0.0 if self.blend == "paired" else float("inf")
         self.trees_, self.selectors_ = {}, {}  # compiled from the boosters a refit replaces
         y = np.asarray(y, dtype=np.float64)
         self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(rows[c].tolist())))} for c in CATEGORICAL}
@@ -349,9 +349,7 @@ class LightGBMThroughput(ThroughputModel):
         estimates = self._fit_base(fit_rows, fit_y, None if groups is None else np.asarray(groups)[~held])
         held_rows, held_y = subset(rows, held), y[held]
         level = evidence_level(held_rows)
-        held_estimates = self._base_estimates(held_rows, self.num_threads)  # once, for both blends
-        self.blend_k_ = self._choose_blend([self._with_base(held_rows, held_estimates)], [held_y])
-        based = self._with_base(held_rows, held_estimates)  # with the chosen blend
+        based = self._with_base(held_rows, self._base_estimates(held_rows, self.num_threads))
         self._fit_main(fit_rows, fit_y, estimates, stop_on=(based, held_y))
         anchor, correction = self._anchor_and_correction(based)
         held_groups = np.asarray(groups)[held] if groups is not None else np.arange(int(held.sum()))
@@ -390,8 +388,6 @@ class LightGBMThroughput(ThroughputModel):
         """
         keys = np.arange(len(y)) if groups is None else np.asarray(groups)
         parts = self._fold_bases(rows, y, groups, job_folds(keys, FOLDS, self.seed))
-        self.blend_k_ = self._choose_blend([m._with_base(subset(rows, held)) for m, held, _ in parts],
-                                           [y[held] for _, held, _ in parts])
         known = self._fold_outcome(rows, y, parts)
         types = np.asarray(rows["model_type"]).astype(str)
         n_types = len(np.unique(types))
@@ -403,8 +399,6 @@ class LightGBMThroughput(ThroughputModel):
             def view(held: np.ndarray) -> Rows:
                 return subset(new_type_rows, held) if new_type_rows is not None else as_new_type(subset(rows, held))
 
-            self.blend_k_new_type_ = self._choose_blend([m._with_base(view(held)) for m, held, _ in by_type],
-                                                        [y[held] for _, held, _ in by_type])
             new = self._fold_outcome(rows, y, by_type, view)
             # held-out rows of one type are not independent: the new-type gates judge by types
             new_clusters = np.concatenate([types[held] for _, held, _ in by_type]) if by_type else types[:0]
@@ -449,12 +443,6 @@ class LightGBMThroughput(ThroughputModel):
         model = type(self)(**{**self.get_params(), "feature_groups": self.feature_groups})
         model.vocab_, model.size_, model.categories_ = self.vocab_, self.size_, self.categories_
         return model
-
-    def _choose_blend(self, held: list[Rows], held_y: list[np.ndarray]) -> float:
-        """The paired ratio's share in the blend, chosen on held-out rows (base ratio alone without pairs)."""
-        if "paired" not in self.feature_groups or self.blend == "base":
-            return float("inf")
-        return 0.0 if self.blend == "paired" else choose_blend_on(held, held_y)
 
     def _check_params(self) -> None:
         for name, value, known in (("target", self.target, TARGETS), ("blend", self.blend, BLENDS)):

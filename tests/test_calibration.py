@@ -11,14 +11,12 @@ from features.rows import build_rows
 from features.snapshot import FeatureSnapshot, LookupStat, PairStat, PriorStat
 from leap.core.hardware import load_catalogue
 from predictor.calibration import (
-    BLEND_GRID,
     EVIDENCE,
     GATE_MARGIN,
     MIN_ROWS,
     as_new_type,
     band_by_evidence,
     blend,
-    choose_blend,
     evidence_level,
     gate_by_evidence,
     gated,
@@ -39,21 +37,6 @@ def test_blend_takes_whichever_estimate_exists() -> None:
     out = blend(np.array([np.nan, 2.0, np.nan]), np.array([1.0, np.nan, np.nan]), np.ones(3), 1.0)
     np.testing.assert_array_equal(out[:2], [1.0, 2.0])
     assert np.isnan(out[2])
-
-
-def test_choose_blend_picks_the_paired_ratio_when_it_is_the_truth() -> None:
-    rng = np.random.default_rng(2)
-    n = 400
-    truth = rng.normal(0, 1, n)
-    base = truth + rng.normal(0, 0.5, n)
-    k = choose_blend(base, truth, np.ones(n), np.exp(truth))
-    assert k == BLEND_GRID[0] == 0.0
-    assert choose_blend(truth, base, np.ones(n), np.exp(truth)) == math.inf
-
-
-def test_choose_blend_without_enough_rows_takes_the_paired_ratio() -> None:
-    few = MIN_ROWS - 1
-    assert choose_blend(np.zeros(few), np.ones(few), np.ones(few), np.ones(few)) == 0.0
 
 
 def _level_rows(n: int, level: int) -> np.ndarray:

@@ -86,6 +86,22 @@ def test_unknown_feature_group_is_refused(examples: Examples) -> None:
         LightGBMThroughput(feature_groups=("config", "weather")).fit(examples.rows, examples.y)
 
 
+def test_the_prior_is_carried_by_the_paired_ratio_where_other_jobs_showed_one(
+        trained: tuple[LightGBMThroughput, Examples]) -> None:
+    model, holdout = trained
+    rows = {c: v.copy() for c, v in holdout.rows.items()}
+    rows["transfer_paired_log"][:300] = np.nan  # no pair seen between these rows' two parts
+    based = model._with_base(rows)
+    paired, weight = rows["transfer_paired_log"], rows["transfer_paired_weight"]
+    shown = np.isfinite(paired) & (weight > 0)
+    only_base = ~np.isfinite(paired) & np.isfinite(based["base_transfer_log"])
+    assert shown.any() and only_base.any()
+    np.testing.assert_allclose(based["blended_transfer_log"][shown], paired[shown], atol=1e-12)
+    np.testing.assert_array_equal(based["blended_transfer_log"][only_base], based["base_transfer_log"][only_base])
+    with pytest.raises(ValueError, match="blend must be one of"):
+        LightGBMThroughput(blend="chosen").fit(holdout.rows, holdout.y)
+
+
 def test_base_ratio_to_the_same_hardware_is_one(trained: tuple[LightGBMThroughput, Examples]) -> None:
     # The base stage re-evaluates a row on the job's prior hardware by swapping in that type's
     # columns; a swap to the row's own hardware must change nothing, or some hardware-dependent

@@ -83,7 +83,6 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("no_selectors", "no selectors (the prediction is served)", "stage", (("selectors", False),)),
     Variant("no_trust", "no trust weights (the whole correction)", "stage", (("trust", False),)),
     Variant("blend_base", "anchor carried by the base model's ratio alone", "stage", (("blend", "base"),)),
-    Variant("blend_paired", "anchor carried by the paired ratio alone", "stage", (("blend", "paired"),)),
     Variant("no_job_effects", "base model not refitted without the jobs' speed", "stage", (("job_effects", False),)),
     Variant("anchor_only", "no main model: the anchor is served", "stage",
             (("correction", False), ("selectors", False))),
