@@ -270,6 +270,10 @@ class LightGBMThroughput(ThroughputModel):
             return base, base_prior
         trees, prior_hw = self.trees_.get("base", self.base_), rows["prior_hw"]
         has_prior = map_values(prior_hw, dict.fromkeys(self.hardware_specs_, True), False, bool)
+        if not has_prior.any():  # a new job's candidates: no swapped rows to build
+            if fitted is None:
+                fitted = np.asarray(trees.predict(self._base_matrix(rows), num_threads=threads))
+            return fitted, fitted - base_prior
         # the same configuration on the job's prior hardware (a type seen in training)
         swapped = self._base_matrix(with_hardware(subset(rows, has_prior), self.hardware_specs_, prior_hw[has_prior]))
         if fitted is None:  # one call for both: compiled trees walk all their code once a call
