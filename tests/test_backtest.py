@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from leap.cli import app
 from leap.fleet.history import simulate, write_history
-from leap.training.backtest import METHODS, OracleTables, ceiling_predictions, plot_report
+from leap.training.backtest import METHODS, OracleTables, ceiling_predictions
 from leap.training.backtest import backtest as run_backtest
+from leap.training.backtest_plots import plot_report
 
 SMALL = {"num_leaves": 15, "n_estimators": 60}
 
@@ -29,6 +30,15 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def result(history: Path) -> dict[str, Any]:
     return run_backtest(history, days=2, params=SMALL)
+
+
+def test_nights_scored_in_worker_processes_equal_nights_scored_here(history: Path) -> None:
+    one_thread = {**SMALL, "num_threads": 1}  # what each worker's fit gets
+    here = run_backtest(history, days=2, params=one_thread)
+    pooled = run_backtest(history, days=2, params=one_thread, jobs=2)
+    assert here["days"] == pooled["days"] == 2
+    for key in ("per_day", "lightgbm_by_hardware", "lightgbm_by_family", "lightgbm_sample"):
+        assert orjson.dumps(pooled[key]) == orjson.dumps(here[key]), key
 
 
 def test_shape(result: dict[str, Any]) -> None:

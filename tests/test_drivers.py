@@ -85,39 +85,3 @@ def test_cli_refuses_an_unknown_variant_before_reading_anything(tmp_path: Path) 
     assert res.exit_code != 0
     assert "unknown variants ['bogus']" in res.output and "constant_leaves" in res.output
 
-
-def test_pool_workers_end_with_the_process_that_started_them(tmp_path: Path) -> None:
-    """A killed `leap drivers` must not leave its fitters running (they did, for over an hour)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    parent = tmp_path / "parent.py"
-    parent.write_text(
-        "import multiprocessing, os, time\n"
-        "from concurrent.futures import ProcessPoolExecutor\n"
-        "from leap.training.drivers import _init_worker\n"
-        "if __name__ == '__main__':\n"
-        "    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),\n"
-        "                               initializer=_init_worker, initargs=(None, os.getpid()))\n"
-        "    child = pool.submit(os.getpid).result()  # the initializer has run in the child\n"
-        "    pool.submit(time.sleep, 600)\n"
-        "    print(child, flush=True)\n"
-        "    time.sleep(600)\n"
-    )
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen([sys.executable, str(parent)], cwd=root, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(root)})
-    assert proc.stdout is not None
-    child = int(proc.stdout.readline().split()[0])
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(10)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
-        time.sleep(0.2)
-    alive = Path(f"/proc/{child}").exists()
-    if alive:
-        os.kill(child, signal.SIGKILL)
-    assert not alive, "the pool worker outlived its parent"

@@ -112,6 +112,23 @@ def test_price_override_and_reload(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert load_catalogue() is load_catalogue(settings)  # cached per price file
 
 
+def test_a_pickled_catalogue_keeps_its_prices_and_reloads_with_a_lock_of_its_own(tmp_path: Path) -> None:
+    """Worker processes (``leap backtest --jobs``) receive the catalogue pickled."""
+    import pickle
+
+    prices = tmp_path / "prices.csv"
+    prices.write_text("hardware,price_per_hour,source\nH100,2.5,negotiated 2026\n")
+    cat = Catalogue.load(prices=prices)
+    copy = pickle.loads(pickle.dumps(cat))
+    assert copy.price("H100") == 2.5 and copy.names() == cat.names()
+    assert copy.resolve("nvidia h100 sxm") == cat.resolve("nvidia h100 sxm")
+    assert copy._lock is not cat._lock
+    prices.write_text("hardware,price_per_hour,source\nH100,2.0,renegotiated\n")
+    later = time.time() + 5
+    os.utime(prices, (later, later))
+    assert copy.reload_prices_if_changed() and copy.price("H100") == 2.0
+
+
 def test_bad_override_is_rejected(tmp_path: Path) -> None:
     prices = tmp_path / "prices.csv"
     prices.write_text("hardware,price_per_hour,source\nH900,2.5,\n")

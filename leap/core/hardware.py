@@ -202,6 +202,16 @@ class Catalogue:
     _hardware_mtime: float | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its lock, which belongs to one process: worker processes get a copy."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def __post_init__(self) -> None:
         if not self._base:
             self._base = dict(self.types)

@@ -26,7 +26,7 @@ Top-1 and regret use a sample of attempts with every candidate's rows."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -41,6 +41,7 @@ from leap.core.hardware import Catalogue, load_catalogue
 from leap.training import new_types
 from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
 from leap.training.days import checked_first_test_day, day_text, first_test_day, submitted_on, training_rows
+from leap.training.pool import spawn_pool
 from leap.training.train import baseline_models, fit_served
 from predictor.lgbm import EVIDENCE, evidence_level
 from predictor.models import ThroughputModel
@@ -283,6 +284,7 @@ def backtest(
     catalogue: Catalogue | None = None,
     progress: Any = None,
     examples: tuple[History, Examples] | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Retrain nightly over the last ``days`` days of a history and score each day.
 
@@ -303,6 +305,10 @@ def backtest(
     examples
         ``(history, examples)`` already built with :func:`leap.training.dataset.build_examples`
         (with candidate rows from the first test day on, for top-1 and regret).
+    jobs
+        Worker processes scoring nights side by side (:func:`leap.training.pool.spawn_pool`),
+        each fit on one thread; 1: the nights in this process, each fit on OpenMP's thread count.
+        A night's results depend only on its fit's thread count, not on which process ran it.
 
     Returns
     -------
@@ -320,20 +326,59 @@ def backtest(
     history, ex, first_test = history_examples(history_dir, days, catalogue, progress, examples)
     ex = new_types.for_nightly_fits(ex, history, catalogue, [first_test + d * DAY for d in range(days)], window_days)
     oracle = OracleTables.read(history, catalogue)
+    digest = history.digest
+    del history  # the rows are built: the archive's tables would stay alive through every fit
     per_day: list[dict[str, Any]] = []
     # LightGBM's errors on every scored attempt, for the by-hardware and by-family breakdowns.
-    errors: dict[str, list[Any]] = {"hardware": [], "family": [], "pred": [], "actual": []}
-    for d in range(days):
-        row = _score_day(ex, first_test + d * DAY, window_days, params, oracle, catalogue, errors)
+    errors: dict[str, list[Any]] = {key: [] for key in ERROR_KEYS}
+    nights = [first_test + d * DAY for d in range(days)]
+    for row, night_errors in _scored_nights(ex, nights, window_days, params, oracle, catalogue, jobs):
         if row is None:
             continue
+        for key in ERROR_KEYS:
+            errors[key].extend(night_errors[key])
         per_day.append(row)
         if progress is not None:
             progress.print(f"{row['day']}: train {row['train_rows']} test {row['test_rows']}  acc@10 "
                            + "  ".join(f"{n} {row[n]['acc@10']:.3f}" for n in METHODS if n in row))
     if not per_day:
         raise ValueError("no day had both training and test examples")
-    return {**_summarise(per_day, errors, window_days, history.digest), "params": dict(params or {})}
+    return {**_summarise(per_day, errors, window_days, digest), "params": dict(params or {})}
+
+
+#: The served model's errors a backtest keeps per scored attempt (:func:`_record_errors`).
+ERROR_KEYS = ("hardware", "family", "pred", "actual")
+#: A pool worker's share of the run (:func:`_init_worker`): examples, oracle tables, catalogue.
+_SHARED: tuple[Examples, OracleTables, Catalogue] | None = None
+
+
+def _init_worker(ex: Examples, oracle: OracleTables, catalogue: Catalogue) -> None:
+    global _SHARED
+    _SHARED = (ex, oracle, catalogue)
+
+
+def _night_in_worker(day: float, window_days: int, params: dict[str, Any]
+                     ) -> tuple[dict[str, Any] | None, dict[str, list[Any]]]:
+    assert _SHARED is not None, "worker not initialised"
+    errors: dict[str, list[Any]] = {key: [] for key in ERROR_KEYS}
+    return _score_day(_SHARED[0], day, window_days, params, _SHARED[1], _SHARED[2], errors), errors
+
+
+def _scored_nights(ex: Examples, nights: list[float], window_days: int, params: dict[str, Any] | None,
+                   oracle: OracleTables, catalogue: Catalogue, jobs: int
+                   ) -> Iterator[tuple[dict[str, Any] | None, dict[str, list[Any]]]]:
+    """Each night's :func:`_score_day` row (None: nothing to train on or score) and its errors, in
+    the nights' order; with ``jobs`` > 1 scored in that many worker processes, one thread a fit."""
+    if jobs <= 1:
+        for day in nights:
+            errors: dict[str, list[Any]] = {key: [] for key in ERROR_KEYS}
+            yield _score_day(ex, day, window_days, params, oracle, catalogue, errors), errors
+        return
+    one_thread = {"num_threads": 1, **(params or {})}
+    with spawn_pool(min(jobs, len(nights)), _init_worker, ex, oracle, catalogue) as pool:
+        futures = [pool.submit(_night_in_worker, day, window_days, one_thread) for day in nights]
+        for future in futures:
+            yield future.result()
 
 
 def history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,
@@ -437,64 +482,3 @@ def _sample(errors: dict[str, list[Any]], n: int) -> dict[str, list[float]]:
     """Predicted and measured per-accelerator throughput of up to ``n`` scored attempts."""
     idx = np.random.default_rng(0).permutation(len(errors["pred"]))[:n]
     return {"pred": [errors["pred"][i] for i in idx], "actual": [errors["actual"][i] for i in idx]}
-
-
-def plot_report(result: dict[str, Any], folder: Path) -> list[Path]:
-    """PNG plots: accuracy per day, and the per-day table as a chart of acc@10 gaps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder.mkdir(parents=True, exist_ok=True)
-    per_day = result["per_day"]
-    days = [r["day"][5:] for r in per_day]
-    names = [n for n in METHODS if n in per_day[0]]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    for n in names:
-        ax.plot(days, [r[n]["acc@10"] for r in per_day], marker="o", ms=3, label=n)
-    ax.set_ylabel("acc@10 (share within 10% of measured)")
-    ax.set_ylim(0, 1)
-    ax.set_title(f"Backtest: {result['days']} nightly retrains")
-    ax.legend()
-    ax.tick_params(axis="x", labelrotation=60, labelsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    paths = [folder / "accuracy_per_day.png"]
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    sample = result.get("lightgbm_sample")
-    if sample and sample["pred"]:
-        pred, actual = np.array(sample["pred"]), np.array(sample["actual"])
-        ok = np.isfinite(pred) & (pred > 0)
-        fig, ax = plt.subplots(figsize=(5.5, 5.5))
-        ax.loglog(actual[ok], pred[ok], ".", ms=2, alpha=0.4)
-        lo, hi = float(actual[ok].min()), float(actual[ok].max())
-        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="exact")
-        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.25, label="±10%")
-        ax.set_xlabel("measured samples/s per accelerator")
-        ax.set_ylabel("LightGBM predicted")
-        ax.set_title("Predicted against measured (sample)")
-        ax.legend()
-        fig.tight_layout()
-        paths.append(folder / "predicted_vs_actual.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
-
-    for key in ("hardware", "family"):
-        table = result.get(f"lightgbm_by_{key}")
-        if not table:
-            continue
-        names = sorted(table, key=lambda k: table[k]["acc@10"])
-        fig, ax = plt.subplots(figsize=(7, 0.28 * len(names) + 1.2))
-        ax.barh(names, [table[k]["acc@10"] for k in names], color="#4878a8")
-        ax.set_xlim(0, 1)
-        ax.set_xlabel("LightGBM acc@10 over all backtest days")
-        ax.set_title(f"Accuracy by {key}")
-        ax.grid(axis="x", alpha=0.3)
-        fig.tight_layout()
-        paths.append(folder / f"accuracy_by_{key}.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
-    return paths

@@ -180,10 +180,14 @@ def backtest_cmd(
                              "scheduler that stops sending it would: params, framework or layout.")] = None,
     drop_everywhere: Annotated[bool, typer.Option(
         help="With --drop-field: leave it out of the whole history (nothing to derive it from).")] = False,
+    jobs: Annotated[int, typer.Option(
+        min=1, help="Worker processes scoring nights side by side, one thread a fit (1: here, OpenMP's threads).",
+    )] = 2,
 ) -> None:
     """Nightly retrains over the last DAYS days: train on everything before, score the day."""
     from leap.core.hardware import load_catalogue
-    from leap.training.backtest import backtest, plot_report
+    from leap.training.backtest import backtest
+    from leap.training.backtest_plots import plot_report
     from leap.training.partial import examples_without
 
     _check_history(history)
@@ -193,7 +197,7 @@ def backtest_cmd(
         examples = None if drop_field is None else examples_without(
             history, days, drop_field, load_catalogue(), console, drop_everywhere, window_days)
         result = backtest(history, days=days, window_days=window_days, params=_size_params(trees, leaves),
-                          progress=console, examples=examples)
+                          progress=console, examples=examples, jobs=jobs)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     result["dropped_field"] = drop_field
@@ -256,7 +260,7 @@ def drivers_cmd(
         try:
             result = drivers(history, days=days, progress=console, variants=chosen, jobs=jobs)
             if fields:
-                result["missing_fields"] = _missing_fields(history, days, fields)
+                result["missing_fields"] = _missing_fields(history, days, fields, jobs)
         except ValueError as exc:
             raise _fail(str(exc)) from None
     if tables is not None:
@@ -291,12 +295,12 @@ def _fields(drop_fields: str | None) -> list[str]:
     return fields
 
 
-def _missing_fields(history: Path, days: int, fields: list[str]) -> list[dict[str, Any]]:
+def _missing_fields(history: Path, days: int, fields: list[str], jobs: int) -> list[dict[str, Any]]:
     """``leap drivers --drop-fields``: the robustness table, printed and returned for the JSON."""
     from leap.core.hardware import load_catalogue
     from leap.training.partial import missing_fields
 
-    rows = missing_fields(history, days, fields, load_catalogue(), progress=console)
+    rows = missing_fields(history, days, fields, load_catalogue(), progress=console, jobs=jobs)
     table = Table(title=f"submissions with a field left out: mean of {days} nightly retrains")
     for col in ("submissions", "acc@10", "top-1", "transfer", "transfer_paired", "band per day",
                 "days below transfer"):

@@ -20,12 +20,9 @@ default model loses accuracy and then looks beaten by a smaller model and a shor
 from __future__ import annotations
 
 import math
-import multiprocessing
-import os
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +34,7 @@ from leap.core.hardware import Catalogue, load_catalogue
 from leap.training import new_types
 from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
 from leap.training.days import checked_first_test_day, day_text, submitted_on, training_mask
+from leap.training.pool import spawn_pool
 from leap.training.train import fit_model
 from predictor.models import BASELINES
 
@@ -110,19 +108,9 @@ class _Fit:
 _EX: Examples | None = None
 
 
-def _init_worker(ex: Examples, parent: int | None = None) -> None:
+def _init_worker(ex: Examples) -> None:
     global _EX
     _EX = ex
-    if parent is not None:
-        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
-
-
-def _exit_with_parent(parent: int) -> None:
-    """End a pool worker once the process that started it is gone: a SIGTERM to ``leap drivers``
-    otherwise left both fitters running, orphaned, for over an hour (measured)."""
-    while os.getppid() == parent:
-        time.sleep(2.0)
-    os._exit(1)
 
 
 def _train_rows(ex: Examples, day: float, window_days: int, max_rows: int | None) -> Examples:
@@ -211,9 +199,7 @@ def _run_all(fits: dict[tuple[Any, ...], _Fit], ex: Examples, max_rows: int | No
         for k in order:
             report(k, _run_fit(fits[k], max_rows))
         return out
-    # spawn, not fork: a forked child can hang in OpenMP if the parent already ran LightGBM.
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=(ex, os.getpid())) as pool:
+    with spawn_pool(jobs, _init_worker, ex) as pool:
         futures = {pool.submit(_run_fit, fits[k], max_rows): k for k in order}
         for fut in as_completed(futures):
             report(futures[fut], fut.result())
