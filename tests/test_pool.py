@@ -18,11 +18,11 @@ def test_pool_workers_end_with_the_process_that_started_them(tmp_path: Path) -> 
         "import os, time\n"
         "from leap.training.pool import spawn_pool\n"
         "if __name__ == '__main__':\n"
-        "    pool = spawn_pool(1, os.getpid)\n"
-        "    child = pool.submit(os.getpid).result()  # the initializer has run in the child\n"
-        "    pool.submit(time.sleep, 600)\n"
-        "    print(child, flush=True)\n"
-        "    time.sleep(600)\n"
+        "    with spawn_pool(1, os.getpid) as pool:\n"
+        "        child = pool.submit(os.getpid).result()  # the initializer has run in the child\n"
+        "        pool.submit(time.sleep, 600)\n"
+        "        print(child, flush=True)\n"
+        "        time.sleep(600)\n"
     )
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.Popen([sys.executable, str(parent)], cwd=root, stdout=subprocess.PIPE, text=True,
@@ -38,3 +38,29 @@ def test_pool_workers_end_with_the_process_that_started_them(tmp_path: Path) -> 
     if alive:
         os.kill(child, signal.SIGKILL)
     assert not alive, "the pool worker outlived its parent"
+
+
+def _remember(*shared: object) -> None:
+    global _SHARED
+    _SHARED = shared
+
+
+_SHARED: tuple[object, ...] = ()
+
+
+def _shared() -> tuple[object, ...]:
+    return _SHARED
+
+
+def test_every_worker_starts_with_the_shared_data_and_its_file_is_gone_afterwards() -> None:
+    import glob
+    import tempfile
+
+    from leap.training.pool import spawn_pool
+
+    before = set(glob.glob(f"{tempfile.gettempdir()}/leap-pool-*"))
+    with spawn_pool(2, _remember, {"rows": [1, 2, 3]}, "catalogue") as pool:
+        got = [pool.submit(_shared).result() for _ in range(4)]
+        assert set(glob.glob(f"{tempfile.gettempdir()}/leap-pool-*")) - before  # while the pool runs
+    assert got == [({"rows": [1, 2, 3]}, "catalogue")] * 4
+    assert set(glob.glob(f"{tempfile.gettempdir()}/leap-pool-*")) == before
