@@ -181,8 +181,9 @@ def backtest_cmd(
     drop_everywhere: Annotated[bool, typer.Option(
         help="With --drop-field: leave it out of the whole history (nothing to derive it from).")] = False,
     jobs: Annotated[int, typer.Option(
-        min=1, help="Worker processes scoring nights side by side, one thread a fit (1: here, OpenMP's threads).",
-    )] = 2,
+        min=1, help="Worker processes scoring nights side by side, one thread a fit (1: here, OpenMP's threads); "
+                    "each holds the rows and oracle tables.",
+    )] = 1,
 ) -> None:
     """Nightly retrains over the last DAYS days: train on everything before, score the day."""
     from leap.core.hardware import load_catalogue
@@ -260,7 +261,7 @@ def drivers_cmd(
         try:
             result = drivers(history, days=days, progress=console, variants=chosen, jobs=jobs)
             if fields:
-                result["missing_fields"] = _missing_fields(history, days, fields, jobs)
+                result["missing_fields"] = _missing_fields(history, days, fields)
         except ValueError as exc:
             raise _fail(str(exc)) from None
     if tables is not None:
@@ -295,12 +296,12 @@ def _fields(drop_fields: str | None) -> list[str]:
     return fields
 
 
-def _missing_fields(history: Path, days: int, fields: list[str], jobs: int) -> list[dict[str, Any]]:
+def _missing_fields(history: Path, days: int, fields: list[str]) -> list[dict[str, Any]]:
     """``leap drivers --drop-fields``: the robustness table, printed and returned for the JSON."""
     from leap.core.hardware import load_catalogue
     from leap.training.partial import missing_fields
 
-    rows = missing_fields(history, days, fields, load_catalogue(), progress=console, jobs=jobs)
+    rows = missing_fields(history, days, fields, load_catalogue(), progress=console)
     table = Table(title=f"submissions with a field left out: mean of {days} nightly retrains")
     for col in ("submissions", "acc@10", "top-1", "transfer", "transfer_paired", "band per day",
                 "days below transfer"):

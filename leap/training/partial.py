@@ -66,10 +66,9 @@ def examples_without(history_dir: Path, days: int, field: str, catalogue: Catalo
 
 def missing_fields(history_dir: Path, days: int, fields: Sequence[str], catalogue: Catalogue,
                    window_days: int = 30, params: dict[str, Any] | None = None,
-                   progress: Any = None, jobs: int = 1) -> list[dict[str, Any]]:
+                   progress: Any = None) -> list[dict[str, Any]]:
     """The drivers report's robustness table: the backtest with each of ``fields`` left out of every
-    submission from the first test day on, beside the same days complete (``jobs``: as
-    :func:`leap.training.backtest.backtest`'s).
+    submission from the first test day on, beside the same days complete.
 
     Returns
     -------
@@ -92,7 +91,7 @@ def missing_fields(history_dir: Path, days: int, fields: Sequence[str], catalogu
         examples = None if field is None else examples_without(history_dir, days, field, catalogue, progress,
                                                                window_days=window_days)
         result = backtest(history_dir, days=days, window_days=window_days, params=params, catalogue=catalogue,
-                          progress=progress, examples=examples, jobs=jobs)
+                          progress=progress, examples=examples)
         mean = result["mean"]
         rows.append({"dropped": field, "acc@10": mean["lightgbm"]["acc@10"], "top1": mean["lightgbm"]["top1"],
                      "transfer": mean["transfer"]["acc@10"], "transfer_paired": mean["transfer_paired"]["acc@10"],
