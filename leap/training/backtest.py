@@ -306,9 +306,8 @@ def backtest(
         ``(history, examples)`` already built with :func:`leap.training.dataset.build_examples`
         (with candidate rows from the first test day on, for top-1 and regret).
     jobs
-        Worker processes scoring nights side by side (:func:`leap.training.pool.spawn_pool`),
-        each fit on one thread; 1: the nights in this process, each fit on OpenMP's thread count.
-        A night's results depend only on its fit's thread count, not on which process ran it.
+        Worker processes scoring nights side by side, one thread a fit; 1: here, on OpenMP's threads.
+        A night's results depend on its fit's thread count only, not on the process that ran it.
 
     Returns
     -------
@@ -324,29 +323,29 @@ def backtest(
     """
     catalogue = catalogue or load_catalogue()
     history, ex, first_test = history_examples(history_dir, days, catalogue, progress, examples)
-    ex = new_types.for_nightly_fits(ex, history, catalogue, [first_test + d * DAY for d in range(days)], window_days)
+    nights = [first_test + d * DAY for d in range(days)]
+    ex = new_types.for_nightly_fits(ex, history, catalogue, nights, window_days)
     oracle = OracleTables.read(history, catalogue)
     digest = history.digest
     del history  # the rows are built: the archive's tables would stay alive through every fit
-    per_day: list[dict[str, Any]] = []
-    # LightGBM's errors on every scored attempt, for the by-hardware and by-family breakdowns.
     errors: dict[str, list[Any]] = {key: [] for key in ERROR_KEYS}
-    nights = [first_test + d * DAY for d in range(days)]
-    for row, night_errors in _scored_nights(ex, nights, window_days, params, oracle, catalogue, jobs):
-        if row is None:
-            continue
-        for key in ERROR_KEYS:
-            errors[key].extend(night_errors[key])
+    per_day = []
+    for row in _scored_nights(ex, nights, window_days, params, oracle, catalogue, jobs, errors):
         per_day.append(row)
-        if progress is not None:
-            progress.print(f"{row['day']}: train {row['train_rows']} test {row['test_rows']}  acc@10 "
-                           + "  ".join(f"{n} {row[n]['acc@10']:.3f}" for n in METHODS if n in row))
+        _print_night(progress, row)
     if not per_day:
         raise ValueError("no day had both training and test examples")
     return {**_summarise(per_day, errors, window_days, digest), "params": dict(params or {})}
 
 
-#: The served model's errors a backtest keeps per scored attempt (:func:`_record_errors`).
+def _print_night(progress: Any, row: dict[str, Any]) -> None:
+    if progress is not None:
+        progress.print(f"{row['day']}: train {row['train_rows']} test {row['test_rows']}  acc@10 "
+                       + "  ".join(f"{n} {row[n]['acc@10']:.3f}" for n in METHODS if n in row))
+
+
+#: The served model's errors a backtest keeps per scored attempt (:func:`_record_errors`), for
+#: its by-hardware and by-family breakdowns.
 ERROR_KEYS = ("hardware", "family", "pred", "actual")
 #: A pool worker's share of the run (:func:`_init_worker`): examples, oracle tables, catalogue.
 _SHARED: tuple[Examples, OracleTables, Catalogue] | None = None
@@ -365,20 +364,26 @@ def _night_in_worker(day: float, window_days: int, params: dict[str, Any]
 
 
 def _scored_nights(ex: Examples, nights: list[float], window_days: int, params: dict[str, Any] | None,
-                   oracle: OracleTables, catalogue: Catalogue, jobs: int
-                   ) -> Iterator[tuple[dict[str, Any] | None, dict[str, list[Any]]]]:
-    """Each night's :func:`_score_day` row (None: nothing to train on or score) and its errors, in
-    the nights' order; with ``jobs`` > 1 scored in that many worker processes, one thread a fit."""
+                   oracle: OracleTables, catalogue: Catalogue, jobs: int, errors: dict[str, list[Any]]
+                   ) -> Iterator[dict[str, Any]]:
+    """Each night's :func:`_score_day` row, in the nights' order, its errors added to ``errors``
+    (a night with nothing to train on or to score: none); with ``jobs`` > 1 scored in that many
+    worker processes (:func:`leap.training.pool.spawn_pool`), one thread a fit."""
     if jobs <= 1:
         for day in nights:
-            errors: dict[str, list[Any]] = {key: [] for key in ERROR_KEYS}
-            yield _score_day(ex, day, window_days, params, oracle, catalogue, errors), errors
+            row = _score_day(ex, day, window_days, params, oracle, catalogue, errors)
+            if row is not None:
+                yield row
         return
     one_thread = {"num_threads": 1, **(params or {})}
     with spawn_pool(min(jobs, len(nights)), _init_worker, ex, oracle, catalogue) as pool:
         futures = [pool.submit(_night_in_worker, day, window_days, one_thread) for day in nights]
         for future in futures:
-            yield future.result()
+            row, night_errors = future.result()
+            for key in ERROR_KEYS:
+                errors[key].extend(night_errors[key])
+            if row is not None:
+                yield row
 
 
 def history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,

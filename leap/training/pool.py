@@ -3,8 +3,8 @@
 A fit is mostly single-threaded Python and numpy around LightGBM, so on a small machine two
 one-thread fits in two processes finish sooner than one fit with two threads. The data the
 workers share is pickled once into a private temporary file that each worker loads when it
-starts: handed to every worker as its initializer's arguments instead, it was pickled again in
-memory for each one (two minutes and several gigabytes a worker for a 45-day backtest's rows).
+starts: handed to every worker as its initializer's arguments instead, it is pickled again in
+memory for each one, which for a large backtest's rows costs minutes and gigabytes a worker.
 """
 
 from __future__ import annotations
