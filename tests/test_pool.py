@@ -18,8 +18,8 @@ def test_pool_workers_end_with_the_process_that_started_them(tmp_path: Path) -> 
         "import os, time\n"
         "from leap.training.pool import spawn_pool\n"
         "if __name__ == '__main__':\n"
-        "    with spawn_pool(1, os.getpid) as pool:\n"
-        "        child = pool.submit(os.getpid).result()  # the initializer has run in the child\n"
+        "    with spawn_pool(1, 'shared') as pool:\n"
+        "        child = pool.submit(os.getpid).result()  # the worker has started\n"
         "        pool.submit(time.sleep, 600)\n"
         "        print(child, flush=True)\n"
         "        time.sleep(600)\n"
@@ -40,27 +40,33 @@ def test_pool_workers_end_with_the_process_that_started_them(tmp_path: Path) -> 
     assert not alive, "the pool worker outlived its parent"
 
 
-def _remember(*shared: object) -> None:
-    global _SHARED
-    _SHARED = shared
+def _shared_with(x: int) -> tuple[int, tuple[object, ...]]:
+    from leap.training.pool import shared
+
+    return x, shared()
 
 
-_SHARED: tuple[object, ...] = ()
-
-
-def _shared() -> tuple[object, ...]:
-    return _SHARED
-
-
-def test_every_worker_starts_with_the_shared_data_and_its_file_is_gone_afterwards() -> None:
+def test_every_task_reads_the_shared_data_here_and_in_workers_and_its_file_is_gone_afterwards() -> None:
     import glob
     import tempfile
 
-    from leap.training.pool import spawn_pool
+    from leap.training.pool import run_shared, shared
 
+    data = ({"rows": [1, 2, 3]}, "catalogue")
+    args = [(x,) for x in range(5)]
+    here = list(run_shared(_shared_with, args, data, jobs=1))
     before = set(glob.glob(f"{tempfile.gettempdir()}/leap-pool-*"))
-    with spawn_pool(2, _remember, {"rows": [1, 2, 3]}, "catalogue") as pool:
-        got = [pool.submit(_shared).result() for _ in range(4)]
+    pooled = []
+    for i, result in run_shared(_shared_with, args, data, jobs=2):
         assert set(glob.glob(f"{tempfile.gettempdir()}/leap-pool-*")) - before  # while the pool runs
-    assert got == [({"rows": [1, 2, 3]}, "catalogue")] * 4
+        pooled.append((i, result))
+    assert here == pooled == [(x, (x, data)) for x in range(5)]
     assert set(glob.glob(f"{tempfile.gettempdir()}/leap-pool-*")) == before
+    unordered = sorted(run_shared(_shared_with, args, data, jobs=2, in_order=False))
+    assert unordered == pooled
+    try:
+        shared()
+    except RuntimeError as e:
+        assert "run_shared" in str(e)
+    else:
+        raise AssertionError("shared() outside a task returned data")

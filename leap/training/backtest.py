@@ -41,7 +41,7 @@ from leap.core.hardware import Catalogue, load_catalogue
 from leap.training import new_types
 from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
 from leap.training.days import checked_first_test_day, day_text, first_test_day, submitted_on, training_rows
-from leap.training.pool import spawn_pool
+from leap.training.pool import run_shared, shared
 from leap.training.train import baseline_models, fit_served
 from predictor.lgbm import EVIDENCE, evidence_level
 from predictor.models import ThroughputModel
@@ -328,7 +328,7 @@ def backtest(
     oracle = OracleTables.read(history, catalogue)
     digest = history.digest
     del history  # the rows are built: the archive's tables would stay alive through every fit
-    errors: dict[str, list[Any]] = {key: [] for key in ERROR_KEYS}
+    errors = _no_errors()
     per_day = []
     for row in _scored_nights(ex, nights, window_days, params, oracle, catalogue, jobs, errors):
         per_day.append(row)
@@ -347,20 +347,17 @@ def _print_night(progress: Any, row: dict[str, Any]) -> None:
 #: The served model's errors a backtest keeps per scored attempt (:func:`_record_errors`), for
 #: its by-hardware and by-family breakdowns.
 ERROR_KEYS = ("hardware", "family", "pred", "actual")
-#: A pool worker's share of the run (:func:`_init_worker`): examples, oracle tables, catalogue.
-_SHARED: tuple[Examples, OracleTables, Catalogue] | None = None
+def _night(day: float, window_days: int, params: dict[str, Any] | None
+           ) -> tuple[dict[str, Any] | None, dict[str, list[Any]]]:
+    """:func:`_score_day` on the examples, oracle tables and catalogue :func:`~leap.training.pool.shared` holds;
+    the night's row (None: nothing to train on or to score) and its errors."""
+    ex, oracle, catalogue = shared()
+    errors = _no_errors()
+    return _score_day(ex, day, window_days, params, oracle, catalogue, errors), errors
 
 
-def _init_worker(ex: Examples, oracle: OracleTables, catalogue: Catalogue) -> None:
-    global _SHARED
-    _SHARED = (ex, oracle, catalogue)
-
-
-def _night_in_worker(day: float, window_days: int, params: dict[str, Any]
-                     ) -> tuple[dict[str, Any] | None, dict[str, list[Any]]]:
-    assert _SHARED is not None, "worker not initialised"
-    errors: dict[str, list[Any]] = {key: [] for key in ERROR_KEYS}
-    return _score_day(_SHARED[0], day, window_days, params, _SHARED[1], _SHARED[2], errors), errors
+def _no_errors() -> dict[str, list[Any]]:
+    return {key: [] for key in ERROR_KEYS}
 
 
 def _scored_nights(ex: Examples, nights: list[float], window_days: int, params: dict[str, Any] | None,
@@ -368,22 +365,15 @@ def _scored_nights(ex: Examples, nights: list[float], window_days: int, params: 
                    ) -> Iterator[dict[str, Any]]:
     """Each night's :func:`_score_day` row, in the nights' order, its errors added to ``errors``
     (a night with nothing to train on or to score: none); with ``jobs`` > 1 scored in that many
-    worker processes (:func:`leap.training.pool.spawn_pool`), one thread a fit."""
-    if jobs <= 1:
-        for day in nights:
-            row = _score_day(ex, day, window_days, params, oracle, catalogue, errors)
-            if row is not None:
-                yield row
-        return
-    one_thread = {"num_threads": 1, **(params or {})}
-    with spawn_pool(min(jobs, len(nights)), _init_worker, ex, oracle, catalogue) as pool:
-        futures = [pool.submit(_night_in_worker, day, window_days, one_thread) for day in nights]
-        for future in futures:
-            row, night_errors = future.result()
-            for key in ERROR_KEYS:
-                errors[key].extend(night_errors[key])
-            if row is not None:
-                yield row
+    worker processes (:func:`leap.training.pool.run_shared`), one thread a fit."""
+    if jobs > 1:
+        params = {"num_threads": 1, **(params or {})}
+    args = [(day, window_days, params) for day in nights]
+    for _, (row, night_errors) in run_shared(_night, args, (ex, oracle, catalogue), jobs):
+        for key in ERROR_KEYS:
+            errors[key].extend(night_errors[key])
+        if row is not None:
+            yield row
 
 
 def history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,

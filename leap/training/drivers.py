@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from leap.core.hardware import Catalogue, load_catalogue
 from leap.training import new_types
 from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
 from leap.training.days import checked_first_test_day, day_text, submitted_on, training_mask
-from leap.training.pool import spawn_pool
+from leap.training.pool import run_shared, shared
 from leap.training.train import fit_model
 from predictor.models import BASELINES
 
@@ -104,15 +103,6 @@ class _Fit:
     score_days: list[float] = field(default_factory=list)
 
 
-# Worker state: the examples, set once per process (not shipped with every task).
-_EX: Examples | None = None
-
-
-def _init_worker(ex: Examples) -> None:
-    global _EX
-    _EX = ex
-
-
 def _train_rows(ex: Examples, day: float, window_days: int, max_rows: int | None) -> Examples:
     """The night's training rows, sampled down to ``max_rows`` if there are more."""
     mask = training_mask(ex, day, window_days)
@@ -127,14 +117,15 @@ def _train_rows(ex: Examples, day: float, window_days: int, max_rows: int | None
 
 
 def _run_fit(job: _Fit, max_rows: int | None) -> tuple[dict[float, float], int, float]:
-    """Train one model and score its days; returns (acc@10 per day, training rows, seconds)."""
-    assert _EX is not None, "worker not initialised"
+    """Train one model on the examples :func:`~leap.training.pool.shared` holds and score its days;
+    returns (acc@10 per day, training rows, seconds)."""
+    (ex,) = shared()
     t0 = time.perf_counter()
-    train = _train_rows(_EX, job.train_day, job.window_days, max_rows)
+    train = _train_rows(ex, job.train_day, job.window_days, max_rows)
     model = fit_model(train, {"num_threads": 1, **dict(job.params)})
     accs = {}
     for day in job.score_days:
-        test = submitted_on(_EX, day)
+        test = submitted_on(ex, day)
         accs[day] = summary(model.predict(test.rows), test.y)["acc@10"]
     return accs, len(train), time.perf_counter() - t0
 
@@ -194,15 +185,8 @@ def _run_all(fits: dict[tuple[Any, ...], _Fit], ex: Examples, max_rows: int | No
                            f"{day_text(f.train_day)} on {res[1]} rows in {res[2]:.0f} s: acc@10 "
                            + " ".join(f"{a:.3f}" for a in res[0].values()))
 
-    if jobs <= 1:
-        _init_worker(ex)
-        for k in order:
-            report(k, _run_fit(fits[k], max_rows))
-        return out
-    with spawn_pool(jobs, _init_worker, ex) as pool:
-        futures = {pool.submit(_run_fit, fits[k], max_rows): k for k in order}
-        for fut in as_completed(futures):
-            report(futures[fut], fut.result())
+    for i, res in run_shared(_run_fit, [(fits[k], max_rows) for k in order], (ex,), jobs, in_order=False):
+        report(order[i], res)
     return out
 
 
