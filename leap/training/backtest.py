@@ -7,33 +7,18 @@ Rows are built once (point-in-time by construction); only the models change from
 Models scored side by side: ``lightgbm`` (the served model), the baselines ``transfer_paired``
 (the job's prior times the ratio earlier jobs showed between the two types near its
 configuration), ``transfer`` (times the ratio of lookup medians) and ``lookup``, and, where the
-history has the simulator's oracle table, two references that no model can beat:
-
-* ``oracle``: the noise-free expected throughput, which includes the job's own speed factor;
-* ``ceiling``: the best a predictor can do *at submission time*: it knows the simulator's law
-  exactly (every hardware type's noise-free throughput at the submission's configuration), a
-  model type's effect on an architecture once a job of the type finished on that architecture
-  before the submission (before: the effect's median, 1), and of the job only what its history
-  shows: its measured throughput (noise and all) here, else on its most observed other
-  hardware, relative to the law at the configuration it was measured at, times the law here;
-  no history: the law. The job's input cap (15% of simulated jobs) is the job's own, like its
-  speed factor: applied once a measured attempt of the job ran at it before the submission.
-  Knowing an effect or a cap before anything revealed it would credit the ceiling with what no
-  predictor can know at submission time (``knows_every_effect``, ``knows_every_cap`` keep the
-  earlier rules; histories without ``architecture_effect`` know every effect).
+history has the simulator's oracle table, the two references no model can beat, ``oracle`` and
+``ceiling`` (:mod:`leap.training.oracle`).
 
 Top-1 and regret use a sample of attempts with every candidate's rows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 
 from features.rows import Rows
 from leap.core.accuracy import regret, summary, top1
@@ -41,6 +26,7 @@ from leap.core.hardware import Catalogue, load_catalogue
 from leap.training import new_types
 from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
 from leap.training.days import checked_first_test_day, day_text, first_test_day, submitted_on, training_rows
+from leap.training.oracle import OracleTables
 from leap.training.pool import run_shared, shared
 from leap.training.train import baseline_models, fit_served
 from predictor.lgbm import EVIDENCE, evidence_level
@@ -52,54 +38,12 @@ METRICS = ("acc@10", "acc@20", "mape", "top1", "regret", "band_coverage")
 METHODS = ("lightgbm", "transfer_paired", "transfer", "lookup", "oracle", "ceiling")
 
 
-def _oracle_map(history: History, column: str = "oracle_throughput") -> dict[tuple[str, str], float]:
-    """``(attempt_id, hardware) -> column`` of the simulator's oracle table (empty without one)."""
-    if history.oracle is None:
-        return {}
-    o = history.oracle
-    return dict(zip(zip(o.column("attempt_id").to_pylist(), o.column("hardware").to_pylist(), strict=True),
-                    o.column(column).to_pylist(), strict=True))
-
-
-def ceiling_predictions(rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray,
-                        tables: OracleTables, knows_every_effect: bool = False,
-                        knows_every_cap: bool = False) -> np.ndarray:
-    """Per-accelerator predictions of the submission-time ceiling (see the module docstring).
-
-    The job's history is what the rows say it is (``prior_same_*`` on this hardware, else
-    ``prior_other_*`` on ``prior_hw``): a measured throughput, whose ratio to the law at the
-    configuration it was measured at (the job's latest earlier attempt there) is the job's effect as
-    measured. The law at this attempt's configuration times that effect, under the input cap, is
-    the ceiling; without history the effect is 1. The law here leaves out the model type's effect
-    on the candidate's architecture while no earlier finish revealed it, unless
-    ``knows_every_effect`` (the ceiling of earlier versions). The law where the prior was measured
-    keeps it: the job's own finish there revealed it. The job's input cap counts once a measured
-    attempt of it ran at the cap (:meth:`OracleTables.cap_revealed`), or always: ``knows_every_cap``.
-    """
-    law = tables.look(tables.law, attempt_id, rows["hardware"])
-    if not knows_every_effect:
-        hidden = tables.unrevealed(attempt_id, rows["hardware"])
-        law = np.where(hidden, law / tables.look(tables.architecture_effect, attempt_id, rows["hardware"]), law)
-    cap = tables.look(tables.cap, attempt_id, rows["hardware"])
-    if not knows_every_cap:
-        cap = np.where(tables.cap_revealed(attempt_id), cap, np.nan)
-    same = rows["prior_same_n"] > 0
-    where = np.where(same, rows["hardware"], rows["prior_hw"])
-    measured = np.exp(np.where(same, rows["prior_same_log"], rows["prior_other_log"]))
-    earlier = np.array([tables.earlier_attempt(a, h) for a, h in zip(attempt_id, where, strict=True)], dtype=object)
-    law_there = tables.look(tables.law, earlier, where) / tables.look_accelerators(earlier)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        effect = np.where(same | (rows["prior_other_n"] > 0), measured / law_there, 1.0)
-    # The oracle is min(law x effect, cap); a NaN cap (none) leaves the product as it is.
-    return np.asarray(np.fmin(law * effect, cap) / num_accelerators, dtype=np.float64)
-
-
 #: What :func:`pick_metrics` scores: a model, the truth itself (``None``), or a function of the
 #: attempt and its candidates' rows (the ceiling, which needs the attempt's oracle entries).
 Picker = ThroughputModel | None | Callable[[Submission, Rows], np.ndarray]
 
 
-def pick_metrics(models: dict[str, Picker], ex: Examples, oracle: dict[tuple[str, str], float],
+def pick_metrics(models: dict[str, Picker], ex: Examples, oracle: OracleTables,
                   catalogue: Catalogue) -> dict[str, dict[str, float]]:
     """Top-1 and regret on the sampled attempts that have every candidate's row and oracle."""
     names = catalogue.names()
@@ -109,9 +53,9 @@ def pick_metrics(models: dict[str, Picker], ex: Examples, oracle: dict[tuple[str
     # same for every candidate of one attempt, so it cancels out of the choice.
     samples: list[tuple[Submission, Rows, list[int], np.ndarray]] = []
     for sub, rows in ex.full.values():
-        found = [oracle.get((sub.attempt_id, h)) for h in rows["hardware"]]
-        if all(t is not None and t > 0 for t in found) and all(h in col for h in rows["hardware"]):
-            true = np.array(found, dtype=np.float64) / sub.num_accelerators
+        found = oracle.pairs.look("throughput", [sub.attempt_id] * len(rows["hardware"]), rows["hardware"])
+        if np.all(found > 0) and all(h in col for h in rows["hardware"]):
+            true = found / sub.num_accelerators
             samples.append((sub, rows, [col[h] for h in rows["hardware"]], true))
     out: dict[str, dict[str, float]] = {}
     if not samples:
@@ -133,147 +77,6 @@ def pick_metrics(models: dict[str, Picker], ex: Examples, oracle: dict[tuple[str
             pred_m[i, cols] = np.nan_to_num(pred, nan=0.0)
         out[name] = {"top1": top1(pred_m, true_m, price_m), "regret": regret(pred_m, true_m, price_m)}
     return out
-
-
-@dataclass(frozen=True)
-class OracleTables:
-    """The simulator's oracle table as ``(attempt_id, hardware) -> value`` maps (empty without one),
-    and the finished attempts of each job.
-
-    Attributes
-    ----------
-    throughput
-        Whole-job noise-free throughput: ``min(law x the job's own effects, cap)``.
-    law
-        The law's whole-job throughput at the attempt's configuration (the model type's effect on
-        the architecture included, the job's own effects not).
-    cap
-        The job's input cap (NaN: none).
-    finished
-        ``job_key -> [(finish time, attempt_id, hardware, accelerators)]`` of measured attempts,
-        oldest first; ``submitted``: ``attempt_id -> (job_key, submission time)``;
-        ``accelerators``: ``attempt_id -> accelerators`` of the measured attempts.
-    architecture_effect
-        The model type's effect on the part's architecture, a factor of ``law`` (empty for a
-        simulator without it: then every effect counts as revealed).
-    revealed
-        ``(model type, architecture) -> time`` of the first measured finish of a job of the model
-        type on a part of the architecture; ``model_type``: ``attempt_id -> model type``;
-        ``architecture``: ``hardware -> architecture``.
-    """
-
-    throughput: dict[tuple[str, str], float]
-    law: dict[tuple[str, str], float]
-    cap: dict[tuple[str, str], float]
-    finished: dict[str, list[tuple[float, str, str, int]]] = field(default_factory=dict)
-    submitted: dict[str, tuple[str, float]] = field(default_factory=dict)
-    accelerators: dict[str, int] = field(default_factory=dict)
-    architecture_effect: dict[tuple[str, str], float] = field(default_factory=dict)
-    revealed: dict[tuple[str, str], float] = field(default_factory=dict)
-    model_type: dict[str, str] = field(default_factory=dict)
-    architecture: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def read(cls, history: History, catalogue: Catalogue | None = None) -> OracleTables:
-        """The history's oracle columns; all empty for a history without an oracle table.
-
-        A table of a simulator without job-by-hardware effects (no ``law_throughput`` column) reads
-        as law = throughput / job factor; one without ``architecture_effect`` as if every model
-        type's effect on every architecture were known from the start.
-        """
-        if history.oracle is None:
-            return cls({}, {}, {})
-        catalogue = catalogue or load_catalogue()
-        throughput = _oracle_map(history)
-        if "law_throughput" in history.oracle.column_names:
-            law = _oracle_map(history, "law_throughput")
-        else:
-            factor = _oracle_map(history, "job_factor")
-            law = {k: v / factor[k] for k, v in throughput.items()}
-        finished: dict[str, list[tuple[float, str, str, int]]] = {}
-        f = history.finishes.filter(pc.is_valid(history.finishes.column("throughput")))
-        for row in f.select(["job_key", "event_time", "attempt_id", "hardware", "num_accelerators"]).to_pylist():
-            finished.setdefault(row["job_key"], []).append(
-                (row["event_time"], row["attempt_id"], row["hardware"], row["num_accelerators"]))
-        for attempts in finished.values():
-            attempts.sort()
-        s = history.submissions.select(["attempt_id", "job_key", "event_time", "model_type"]).to_pylist()
-        model_type = {r["attempt_id"]: r["model_type"] for r in s}
-        architecture = {hw.name: hw.architecture for hw in catalogue.types.values()}
-        revealed: dict[tuple[str, str], float] = {}
-        for runs in finished.values():
-            for at, attempt, hw, _ in runs:
-                key = (model_type.get(attempt, ""), architecture.get(hw, hw))
-                revealed[key] = min(at, revealed.get(key, at))
-        effect = (_oracle_map(history, "architecture_effect")
-                  if "architecture_effect" in history.oracle.column_names else {})
-        return cls(throughput, law, _oracle_map(history, "input_cap"), finished,
-                   {r["attempt_id"]: (r["job_key"], r["event_time"]) for r in s},
-                   {a: n for runs in finished.values() for _, a, _, n in runs},
-                   effect, revealed, model_type, architecture)
-
-    @staticmethod
-    def look(table: dict[tuple[str, str], float], keys: np.ndarray, hardware: np.ndarray) -> np.ndarray:
-        """``table[(key, hardware)]`` per row, NaN where absent."""
-        return np.array([np.nan if (v := table.get((k, h))) is None else v
-                         for k, h in zip(keys, hardware, strict=True)], dtype=np.float64)
-
-    def earlier_attempt(self, attempt_id: str, hardware: str) -> str | None:
-        """The job's latest attempt on ``hardware`` that finished before ``attempt_id`` was submitted."""
-        job, at = self.submitted.get(attempt_id, ("", 0.0))
-        found = None
-        for finished, earlier, hw, _ in self.finished.get(job, []):
-            if finished >= at:
-                break
-            if hw == hardware:
-                found = earlier
-        return found
-
-    def unrevealed(self, attempt_id: np.ndarray, hardware: np.ndarray) -> np.ndarray:
-        """Per row: no job of the attempt's model type finished on the hardware's architecture
-        before the attempt was submitted (always False without ``architecture_effect``)."""
-        if not self.architecture_effect:
-            return np.zeros(len(attempt_id), dtype=bool)
-        out = np.empty(len(attempt_id), dtype=bool)
-        for i, (a, h) in enumerate(zip(attempt_id, hardware, strict=True)):
-            first = self.revealed.get((self.model_type.get(a, ""), self.architecture.get(h, h)))
-            out[i] = first is None or first >= self.submitted.get(a, ("", 0.0))[1]
-        return out
-
-    @cached_property
-    def capped(self) -> frozenset[str]:
-        """Measured attempts that ran at their job's input cap (min(law x effects, cap) is the cap)."""
-        return frozenset(a for runs in self.finished.values() for _, a, hw, _ in runs
-                         if (c := self.cap.get((a, hw))) is not None and self.throughput.get((a, hw), 0.0) >= c)
-
-    def cap_revealed(self, attempt_id: np.ndarray) -> np.ndarray:
-        """Per row: a measured attempt of the job ran at its input cap before the attempt was submitted."""
-        out = np.zeros(len(attempt_id), dtype=bool)
-        for i, a in enumerate(attempt_id):
-            job, at = self.submitted.get(a, ("", 0.0))
-            out[i] = any(done < at and earlier in self.capped for done, earlier, _, _ in self.finished.get(job, []))
-        return out
-
-    def look_accelerators(self, attempts: np.ndarray) -> np.ndarray:
-        """Accelerators of each attempt (NaN for None)."""
-        return np.array([self.accelerators.get(a, np.nan) if a is not None else np.nan for a in attempts],
-                        dtype=np.float64)
-
-    def per_accelerator(self, test: Examples) -> np.ndarray:
-        """The oracle's per-accelerator throughput of each test example (NaN where it has none)."""
-        orc = np.array([self.throughput.get((a, h), np.nan)
-                        for a, h in zip(test.attempt_id, test.hardware, strict=True)])
-        return orc / test.num_accelerators
-
-    def ceiling(self, rows: Rows, attempt_id: np.ndarray, num_accelerators: np.ndarray,
-                knows_every_effect: bool = False, knows_every_cap: bool = False) -> np.ndarray:
-        """:func:`ceiling_predictions` with these tables."""
-        return ceiling_predictions(rows, attempt_id, num_accelerators, self, knows_every_effect, knows_every_cap)
-
-    def ceiling_picker(self, sub: Submission, rows: Rows) -> np.ndarray:
-        """The ceiling for every candidate row of one submission (a :data:`Picker`)."""
-        n = len(rows["hardware"])
-        return self.ceiling(rows, np.full(n, sub.attempt_id, dtype=object), np.full(n, float(sub.num_accelerators)))
 
 
 def backtest(
@@ -408,7 +211,7 @@ def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any
         row[name] = summary(pred, test.y)
     row["lightgbm"]["band_coverage"] = band_coverage(served, preds["lightgbm"], test)
     _record_errors(errors, test, preds["lightgbm"])
-    if oracle.throughput:
+    if not oracle.empty:
         preds["oracle"] = oracle.per_accelerator(test)
         row["oracle"] = summary(preds["oracle"], test.y)
         models["oracle"] = None
@@ -416,7 +219,7 @@ def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any
         models["ceiling"] = oracle.ceiling_picker
         row["ceiling"] = summary(preds["ceiling"], test.y)
     row["by_evidence"] = by_evidence(test, preds)
-    for name, picks in pick_metrics(models, test, oracle.throughput, catalogue).items():
+    for name, picks in pick_metrics(models, test, oracle, catalogue).items():
         row[name].update(picks)
     return row
 

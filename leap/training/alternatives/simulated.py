@@ -27,9 +27,10 @@ from leap.training.alternatives import Factory, fit
 
 # Private steps of the backtest, imported rather than copied so that both reports score alike;
 # the report asks for them to become public (or for a models hook on backtest()).
-from leap.training.backtest import OracleTables, by_evidence, history_examples, pick_metrics
+from leap.training.backtest import by_evidence, history_examples, pick_metrics
 from leap.training.dataset import DAY, Examples, History
 from leap.training.days import day_text, submitted_on, training_rows
+from leap.training.oracle import OracleTables
 from streams.events import Submission
 
 #: Figures averaged over the nights, in report order.
@@ -85,7 +86,7 @@ def score_night(ex: Examples, day: float, window_days: int, models: Mapping[str,
         if progress is not None:
             progress.print(f"  {row['day']} {name}: acc@10 {row[name]['acc@10']:.3f}, fit {t1 - t0:.1f}s")
     row["by_evidence"] = by_evidence(test, preds)
-    for name, picks in pick_metrics(pickers, test, oracle.throughput, catalogue).items():
+    for name, picks in pick_metrics(pickers, test, oracle, catalogue).items():
         row[name].update(picks)
     return row
 
