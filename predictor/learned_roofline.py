@@ -171,10 +171,16 @@ class LearnedRoofline:
         second = [np.zeros_like(p) for p in params]
         total = np.full(len(target), np.nan)
         # Rows share their weights with every row of the same (model type, part, family, vendor):
-        # each step takes the exponentials once per such cell, not once per row.
+        # each step takes the exponentials once per such cell, not once per row. The rows are put
+        # in cell order, so that a cell's weights are repeated over its rows and its rows' sums
+        # accumulate in one place, and each term's values sit contiguous.
         cells, row_cell = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
+        order = np.argsort(row_cell.ravel(), kind="stable")
+        rows_per_cell = np.bincount(row_cell.ravel(), minlength=len(cells))
+        grouped = (tuple(cells.T), row_cell.ravel()[order], rows_per_cell)
+        by_term, target = np.ascontiguousarray(x[order].T), target[order]
         for it in range(1, self.steps + 1):
-            grads, total = self._gradients(params, codes, (tuple(cells.T), row_cell.ravel()), x, target)
+            grads, total = self._gradients(params, grouped, by_term, target)
             for p, g, m1, m2 in zip(params, grads, first, second, strict=True):
                 g += self.l2 * (p - p.mean(axis=0)) / max(len(p), 1)
                 m1 *= 0.9
@@ -182,26 +188,36 @@ class LearnedRoofline:
                 m2 *= 0.999
                 m2 += 0.001 * g * g
                 p -= self.learning_rate * (m1 / (1 - 0.9**it)) / (np.sqrt(m2 / (1 - 0.999**it)) + 1e-8)
-        return total
+        out = np.empty_like(total)
+        out[order] = total
+        return out
 
-    def _gradients(self, params: list[np.ndarray], codes: tuple[np.ndarray, ...],
-                   cells: tuple[tuple[np.ndarray, ...], np.ndarray], x: np.ndarray, target: np.ndarray
-                   ) -> tuple[list[np.ndarray], np.ndarray]:
+    def _gradients(self, params: list[np.ndarray], grouped: tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray],
+                   x_by_term: np.ndarray, target: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Gradient of the clipped squared log error for each parameter, and the step times.
-        ``cells``: the distinct combinations of the four codes, and each row's combination."""
+
+        ``grouped``: the distinct combinations of the four codes (cells), each row's cell (rows in
+        cell order) and the rows per cell; ``x_by_term``: the scaled terms, one row per term. A
+        row's gradient with respect to its cell's log weight of a term is the weight times the
+        row's term times a factor of the row alone, so the rows are summed per cell first and every
+        parameter's gradient is then a sum over cells: a few thousand instead of every row.
+        """
         theta, phi_c, phi_m, phi_f = params
-        m, hf, h, v = codes
-        (cm, chf, ch, cv), row_cell = cells
-        contrib = np.exp(self._log_weights(theta[cm], phi_c[chf], phi_m[ch], phi_f[cv]))[row_cell] * x
-        total = contrib.sum(axis=1)
+        (cm, chf, ch, cv), row_cell, rows_per_cell = grouped
+        weight = np.exp(self._log_weights(theta[cm], phi_c[chf], phi_m[ch], phi_f[cv])).T  # term x cell
+        contrib = np.repeat(weight, rows_per_cell, axis=1)
+        contrib *= x_by_term
+        total = contrib.sum(axis=0)
         error = np.clip(np.log(total) - target, -0.5, 0.5)
-        grad = (2.0 * error / len(target) / total)[:, None] * contrib  # d loss / d log weight
-        by_term = np.ascontiguousarray(grad.T)  # one copy, not one per term
+        factor = 2.0 * error / len(target) / total  # d loss / d log weight, over the weight x the term
+        contrib = np.multiply(x_by_term, factor, out=contrib)
+        n_cells = weight.shape[1]
+        per_cell = weight * np.stack([np.bincount(row_cell, contrib[k], minlength=n_cells) for k in range(len(TERMS))])
         grads = [
-            np.stack([np.bincount(m, by_term[k], minlength=len(theta)) for k in range(len(TERMS))], axis=1),
-            np.bincount(hf, by_term[_COMPUTE], minlength=len(phi_c)),
-            np.bincount(h, by_term[_WEIGHTS] + by_term[_ACTIVATIONS], minlength=len(phi_m)),
-            np.bincount(v, by_term[_FIXED], minlength=len(phi_f)),
+            np.stack([np.bincount(cm, per_cell[k], minlength=len(theta)) for k in range(len(TERMS))], axis=1),
+            np.bincount(chf, per_cell[_COMPUTE], minlength=len(phi_c)),
+            np.bincount(ch, per_cell[_WEIGHTS] + per_cell[_ACTIVATIONS], minlength=len(phi_m)),
+            np.bincount(cv, per_cell[_FIXED], minlength=len(phi_f)),
         ]
         return grads, total
 

@@ -118,6 +118,35 @@ def test_carries_speed_across_hardware_better_than_the_public_roofline(examples:
     assert np.median(errors["learned"]) < 0.8 * np.median(errors["public"])
 
 
+def test_the_gradients_are_those_of_the_loss() -> None:
+    """The per-cell sums give each parameter the derivative of the loss (squared log error, linear
+    beyond 0.5), checked against central differences on a small problem with errors on both sides."""
+    rng = np.random.default_rng(0)
+    n, k = 300, len(TERMS)
+    codes = np.stack([rng.integers(0, 3, n), rng.integers(0, 4, n), rng.integers(0, 2, n), rng.integers(0, 2, n)], 1)
+    cells, row_cell = np.unique(codes, axis=0, return_inverse=True)
+    order = np.argsort(row_cell.ravel(), kind="stable")  # rows in cell order, as fitting puts them
+    grouped = (tuple(cells.T), row_cell.ravel()[order], np.bincount(row_cell.ravel(), minlength=len(cells)))
+    x = np.ascontiguousarray(rng.uniform(0.1, 2.0, (n, k)).T)
+    target = rng.normal(1.5, 0.7, n)
+    params = [rng.normal(0, 0.3, (3, k)), rng.normal(0, 0.3, 4), rng.normal(0, 0.3, 2), rng.normal(0, 0.3, 2)]
+    model = LearnedRoofline()
+
+    def loss(ps: list[np.ndarray]) -> float:
+        e = np.log(model._gradients(ps, grouped, x, target)[1]) - target
+        return float(np.mean(np.where(np.abs(e) <= 0.5, e**2, np.abs(e) - 0.25)))
+
+    e = np.log(model._gradients(params, grouped, x, target)[1]) - target
+    assert (np.abs(e) > 0.5).any() and (np.abs(e) < 0.5).any()
+    grads = model._gradients(params, grouped, x, target)[0]
+    for which, grad in enumerate(grads):
+        for idx in np.ndindex(params[which].shape):
+            up, down = [p.copy() for p in params], [p.copy() for p in params]
+            up[which][idx] += 1e-6
+            down[which][idx] -= 1e-6
+            assert grad[idx] == pytest.approx((loss(up) - loss(down)) / 2e-6, rel=1e-4, abs=1e-9)
+
+
 def test_unknown_model_type_and_hardware(examples: Examples) -> None:
     model = LearnedRoofline(steps=200).fit(examples.rows, np.log(examples.y))
     rows = _select(examples.rows, np.arange(len(examples.y)) < 20)
