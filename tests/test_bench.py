@@ -153,6 +153,17 @@ def test_train(tmp_path: Path) -> None:
     assert 1 <= med["main_trees"] <= 3  # --trees is the most the main model grows
 
 
+def test_backtest(tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    out = run_json("backtest", "--days", "2", "--jobs", "2", "--history-days", "6", "--attempts-per-day", "500",
+                   "--history", str(history), "--repeat", "1")
+    med = out["median"]
+    assert out["benchmark"] == "backtest" and out["params"]["history"] == str(history)
+    assert med["nights"] == 2 and 0 <= med["lightgbm_acc10"] <= 1 and med["seconds"] > 0
+    # two workers beside their parent: the tree's peak is more than any one process's
+    assert 0.05 < med["peak_process_rss_gb"] < med["peak_tree_rss_gb"] < 64
+
+
 def check_growth(rds: redis.Redis, saved: Path) -> None:
     """``bench growth`` on a model ``bench predict`` saved (fitting one here would double the test)."""
     out = run_json("growth", "--candidates", "2", "--candidates", "5", "--candidates", "99", "--submissions", "40",

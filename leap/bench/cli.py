@@ -215,6 +215,23 @@ def train_cmd(
     emit(bench_train(days, attempts_per_day, window_days, repeat, seed, history, trees, nightly))
 
 
+@app.command("backtest")
+def backtest_cmd(
+    days: Annotated[int, typer.Option(min=1, help="leap backtest --days: nightly retrains.")] = 30,
+    jobs: Annotated[int, typer.Option(min=1, help="leap backtest --jobs: worker processes.")] = 2,
+    history_days: Annotated[int, typer.Option(min=3, help="Days of simulated history.")] = 45,
+    attempts_per_day: Annotated[int, typer.Option(min=10, help="Simulated attempts per day.")] = 5000,
+    history: Annotated[Path | None, typer.Option(help="History folder to reuse (simulated into it if absent).")]
+    = None,
+    repeat: Repeat = 1,
+    seed: Seed = 41,
+) -> None:
+    """Wall time and peak RSS (summed over its processes) of `leap backtest` on a simulated history."""
+    from leap.bench.backtest import bench_backtest
+
+    emit(bench_backtest(days, history_days, attempts_per_day, jobs, repeat, seed, history))
+
+
 @app.command("dashboard-ingest")
 def dashboard_ingest_cmd(
     rankings: Annotated[int, typer.Option(min=1, help="Synthetic rankings (each with its submission and finish).")]

@@ -183,7 +183,7 @@ def backtest_cmd(
     jobs: Annotated[int, typer.Option(
         min=1, help="Worker processes scoring nights side by side, one thread a fit (1: here, OpenMP's threads); "
                     "each holds the rows and oracle tables.",
-    )] = 1,
+    )] = 2,
 ) -> None:
     """Nightly retrains over the last DAYS days: train on everything before, score the day."""
     from leap.core.hardware import load_catalogue
