@@ -155,13 +155,15 @@ def test_train(tmp_path: Path) -> None:
 
 def test_backtest(tmp_path: Path) -> None:
     history = tmp_path / "history"
+    kept = tmp_path / "backtest.json"
     out = run_json("backtest", "--days", "2", "--jobs", "2", "--history-days", "6", "--attempts-per-day", "500",
-                   "--history", str(history), "--repeat", "1")
+                   "--history", str(history), "--repeat", "1", "--result-json", str(kept))
     med = out["median"]
     assert out["benchmark"] == "backtest" and out["params"]["history"] == str(history)
     assert med["nights"] == 2 and 0 <= med["lightgbm_acc10"] <= 1 and med["seconds"] > 0
     # two workers beside their parent: the tree's peak is more than any one process's
     assert 0.05 < med["peak_process_rss_gb"] < med["peak_tree_rss_gb"] < 64
+    assert json.loads(kept.read_text())["mean"]["lightgbm"]["acc@10"] == pytest.approx(med["lightgbm_acc10"])
 
 
 def check_growth(rds: redis.Redis, saved: Path) -> None:

@@ -51,9 +51,10 @@ def _children(pid: int) -> list[int]:
     return seen
 
 
-def backtest_once(history: Path, days: int, jobs: int, scratch: Path) -> Figures:
-    """One ``leap backtest`` in a child process: wall seconds, peak summed and single-process RSS, acc@10."""
-    out = scratch / f"backtest-{time.monotonic_ns()}.json"
+def backtest_once(history: Path, days: int, jobs: int, scratch: Path, result_json: Path | None = None) -> Figures:
+    """One ``leap backtest`` in a child process: wall seconds, peak summed and single-process RSS,
+    acc@10; the backtest's whole JSON is written to ``result_json`` when given."""
+    out = result_json or scratch / f"backtest-{time.monotonic_ns()}.json"
     cmd = [sys.executable, "-m", "leap.cli", "backtest", "--history", str(history), "--days", str(days),
            "--jobs", str(jobs), "--json", str(out)]
     t0 = time.perf_counter()
@@ -73,9 +74,9 @@ def backtest_once(history: Path, days: int, jobs: int, scratch: Path) -> Figures
 
 
 def bench_backtest(days: int, history_days: int, per_day: int, jobs: int, repeat: int, seed: int,
-                   history: Path | None) -> dict[str, Any]:
+                   history: Path | None, result_json: Path | None = None) -> dict[str, Any]:
     """``repeat`` runs of ``leap backtest --days DAYS --jobs JOBS`` on one history; medians of
-    :func:`backtest_once`'s figures."""
+    :func:`backtest_once`'s figures; the last run's backtest JSON kept in ``result_json`` if given."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="leap-bench-backtest-") as tmp:
         scratch = Path(tmp)
@@ -91,7 +92,7 @@ def bench_backtest(days: int, history_days: int, per_day: int, jobs: int, repeat
         params["history"] = str(history)
         runs = []
         for r in range(repeat):
-            run = backtest_once(history, days, jobs, scratch)
+            run = backtest_once(history, days, jobs, scratch, result_json)
             say(f"run {r + 1}/{repeat}: {run['seconds']:.1f} s, peak {run['peak_tree_rss_gb']:.2f} GB summed "
                 f"({run['peak_process_rss_gb']:.2f} GB one process), acc@10 {run['lightgbm_acc10']:.4f}")
             runs.append(run)
