@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from leap.bench.common import Figures, report, say
-from leap.bench.train import HISTORY_START
-from leap.fleet.history import simulate, write_history
+from leap.bench.train import history_to_reuse
 
 #: How often the process tree's resident memory is sampled, seconds.
 SAMPLE_S = 0.5
@@ -80,16 +79,8 @@ def bench_backtest(days: int, history_days: int, per_day: int, jobs: int, repeat
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="leap-bench-backtest-") as tmp:
         scratch = Path(tmp)
-        params: dict[str, Any] = {"days": days, "jobs": jobs, "rss": f"/proc of the process tree every {SAMPLE_S} s"}
-        if history is None or not (history / "submissions").is_dir():
-            folder = history or scratch / "history"
-            say(f"simulating {history_days} days x {per_day} attempts (seed {seed}) into {folder} ...")
-            t0 = time.perf_counter()
-            write_history(simulate(seed, history_days, per_day, start=HISTORY_START), folder)
-            params.update(simulate_s=round(time.perf_counter() - t0, 1), history_days=history_days,
-                          attempts_per_day=per_day, seed=seed)
-            history = folder
-        params["history"] = str(history)
+        params: dict[str, Any] = {"nights": days, "jobs": jobs, "rss": f"/proc of the process tree every {SAMPLE_S} s"}
+        history = history_to_reuse(history, scratch, history_days, per_day, seed, params)
         runs = []
         for r in range(repeat):
             run = backtest_once(history, days, jobs, scratch, result_json)

@@ -26,6 +26,7 @@ Warm = Annotated[int, typer.Option(min=0, help="Earlier attempts written to the 
 HistoryDays = Annotated[int, typer.Option(min=2, help="Days of simulated history to fit on.")]
 HistoryPerDay = Annotated[int, typer.Option(min=10, help="Attempts per simulated day.")]
 Trees = Annotated[int | None, typer.Option(min=1, help="Override n_estimators (default: leap train's).")]
+ReusedHistory = Annotated[Path | None, typer.Option(help="History folder to reuse (simulated into it if absent).")]
 ModelDir = Annotated[Path | None, typer.Option(help="Load the model saved in this folder instead of fitting.")]
 
 
@@ -200,8 +201,7 @@ def train_cmd(
     days: Annotated[int, typer.Option(min=3, help="Days of simulated history.")] = 60,
     attempts_per_day: Annotated[int, typer.Option(min=10, help="Simulated attempts per day.")] = 20000,
     window_days: Annotated[int, typer.Option(min=1, help="leap train --window-days.")] = 30,
-    history: Annotated[Path | None, typer.Option(help="History folder to reuse (simulated into it if absent).")]
-    = None,
+    history: ReusedHistory = None,
     trees: Annotated[int | None, typer.Option(min=1, help="leap train --trees (default: the served model's).")]
     = None,
     repeat: Repeat = 3,
@@ -221,8 +221,7 @@ def backtest_cmd(
     jobs: Annotated[int, typer.Option(min=1, help="leap backtest --jobs: worker processes.")] = 2,
     history_days: Annotated[int, typer.Option(min=3, help="Days of simulated history.")] = 45,
     attempts_per_day: Annotated[int, typer.Option(min=10, help="Simulated attempts per day.")] = 5000,
-    history: Annotated[Path | None, typer.Option(help="History folder to reuse (simulated into it if absent).")]
-    = None,
+    history: ReusedHistory = None,
     repeat: Repeat = 1,
     seed: Seed = 41,
     result_json: Annotated[Path | None, typer.Option(help="Keep the last run's backtest JSON here.")] = None,

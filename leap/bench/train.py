@@ -35,6 +35,22 @@ from leap.training.nightly import last_archived_day
 HISTORY_START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
 
 
+def history_to_reuse(history: Path | None, scratch: Path, days: int, per_day: int, seed: int,
+                     params: dict[str, Any]) -> Path:
+    """``history`` when it holds an archive; otherwise one simulated into it (or into ``scratch``),
+    what was simulated and how long it took recorded in ``params``, as is the folder."""
+    if history is None or not (history / "submissions").is_dir():
+        folder = history or scratch / "history"
+        say(f"simulating {days} days x {per_day} attempts (seed {seed}) into {folder} ...")
+        t0 = time.perf_counter()
+        write_history(simulate(seed, days, per_day, start=HISTORY_START), folder)
+        params.update(simulate_s=round(time.perf_counter() - t0, 1), history_days=days, attempts_per_day=per_day,
+                      seed=seed)
+        history = folder
+    params["history"] = str(history)
+    return history
+
+
 def train_once(history: Path, window_days: int, scratch: Path, trees: int | None = None,
                as_of: str | None = None, row_cache: Path | None = None) -> Figures:
     """One ``leap train`` in a child process: its wall seconds, peak RSS and the report's timings."""
@@ -85,15 +101,7 @@ def bench_train(days: int, per_day: int, window_days: int, repeat: int, seed: in
         scratch = Path(tmp)
         params: dict[str, Any] = {"window_days": window_days, "trees": trees or "leap train's",
                                   "rss": "os.wait4 ru_maxrss of the child"}
-        if history is None or not (history / "submissions").is_dir():
-            folder = history or scratch / "history"
-            say(f"simulating {days} days x {per_day} attempts (seed {seed}) into {folder} ...")
-            t0 = time.perf_counter()
-            write_history(simulate(seed, days, per_day, start=HISTORY_START), folder)
-            params["simulate_s"] = round(time.perf_counter() - t0, 1)
-            history = folder
-            params.update(days=days, attempts_per_day=per_day, seed=seed)
-        params["history"] = str(history)
+        history = history_to_reuse(history, scratch, days, per_day, seed, params)
         runs = []
         for r in range(repeat):
             run = train_once(history, window_days, scratch, trees)
