@@ -66,17 +66,26 @@ def pick_metrics(models: dict[str, Picker], ex: Examples, oracle: OracleTables,
     for i, (_, _, cols, true) in enumerate(samples):
         true_m[i, cols] = true
     for name, model in models.items():
+        if model is None:
+            preds = [true for _, _, _, true in samples]
+        elif isinstance(model, ThroughputModel):
+            preds = _predict_each(model, [rows for _, rows, _, _ in samples])
+        else:
+            preds = [model(sub, rows) for sub, rows, _, _ in samples]
         pred_m = np.full((k, len(names)), np.nan)
-        for i, (sub, rows, cols, true) in enumerate(samples):
-            if model is None:
-                pred = true
-            else:
-                pred = model.predict(rows) if isinstance(model, ThroughputModel) else model(sub, rows)
+        for i, ((_, _, cols, _), pred) in enumerate(zip(samples, preds, strict=True)):
             # A candidate the model cannot predict scores 0 (never chosen over one it can), so
             # a row without any prediction falls to a candidate, never to a non-candidate.
             pred_m[i, cols] = np.nan_to_num(pred, nan=0.0)
         out[name] = {"top1": top1(pred_m, true_m, price_m), "regret": regret(pred_m, true_m, price_m)}
     return out
+
+
+def _predict_each(model: ThroughputModel, each: list[Rows]) -> list[np.ndarray]:
+    """``model.predict`` of each of the row sets, in one call over all of them: a model predicts
+    row by row, and a call per sampled attempt (1,500 a night) cost a tenth of a backtest night."""
+    joined = {c: np.concatenate([rows[c] for rows in each]) for c in each[0]}
+    return np.split(model.predict(joined), np.cumsum([len(rows["hardware"]) for rows in each])[:-1])
 
 
 def backtest(
