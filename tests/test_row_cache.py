@@ -150,3 +150,35 @@ def test_an_unreadable_checkpoint_builds_cold(history: History, catalogue: Catal
     rows, cache = rows_as_of(history, catalogue, second, tmp_path)
     assert cache["used"] is False and "could not be read" in cache["reason"] and cache["saved"] is True
     assert_same(rows, rows_as_of(history, catalogue, second, None)[0])
+
+
+class Said:
+    """A progress sink that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def print(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_built_rows_are_kept_and_read_back_for_the_same_events_and_options(
+        history: History, catalogue: Catalogue, tmp_path: Path) -> None:
+    """A backtest or drivers report run again reads the rows the first run built; other events or
+    other options build anew, and the folder keeps the newest few sets only."""
+    from leap.training.row_cache import EXAMPLES_KEPT, built_examples
+
+    folder, said = tmp_path / "rows", Said()
+    first = built_examples(history, catalogue, said, folder)
+    assert len(list(folder.glob("examples-*.pickle"))) == 1 and said.lines[-1].startswith("building")
+    assert_same(built_examples(history, catalogue, said, folder), first)
+    assert said.lines[-1].startswith("point-in-time rows from") and len(said.lines) == 2
+    later = history.submissions.filter(pc.greater(history.submissions.column("event_time"), history.first_day + DAY))
+    fewer = built_examples(dataclasses.replace(history, submissions=later), catalogue, said, folder)
+    assert said.lines[-1].startswith("building") and len(fewer) < len(first)
+    for n in range(EXAMPLES_KEPT + 1):
+        built_examples(history, catalogue, said, folder, full_per_day=10 + n)
+        assert said.lines[-1].startswith("building")
+    assert len(list(folder.glob("examples-*.pickle"))) == EXAMPLES_KEPT
+    built_examples(history, catalogue, said, None)
+    assert said.lines[-1].startswith("building") and not list(folder.glob(".examples-*"))

@@ -24,10 +24,11 @@ from features.rows import Rows
 from leap.core.accuracy import regret, summary, top1
 from leap.core.hardware import Catalogue, load_catalogue
 from leap.training import new_types
-from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
+from leap.training.dataset import DAY, Examples, History, read_history
 from leap.training.days import checked_first_test_day, day_text, first_test_day, submitted_on, training_rows
 from leap.training.oracle import OracleTables
 from leap.training.pool import run_shared, shared
+from leap.training.row_cache import built_examples
 from leap.training.train import baseline_models, fit_served
 from predictor.lgbm import EVIDENCE, evidence_level
 from predictor.models import ThroughputModel
@@ -97,6 +98,7 @@ def backtest(
     progress: Any = None,
     examples: tuple[History, Examples] | None = None,
     jobs: int = 1,
+    row_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Retrain nightly over the last ``days`` days of a history and score each day.
 
@@ -120,6 +122,8 @@ def backtest(
     jobs
         Worker processes scoring nights side by side, one thread a fit; 1: here, on OpenMP's threads.
         A night's results depend on its fit's thread count only, not on the process that ran it.
+    row_cache
+        Folder keeping built rows (:func:`leap.training.row_cache.built_examples`); None: built every run.
 
     Returns
     -------
@@ -134,7 +138,7 @@ def backtest(
         If the history is too short, or no day had both training and test examples.
     """
     catalogue = catalogue or load_catalogue()
-    history, ex, first_test = history_examples(history_dir, days, catalogue, progress, examples)
+    history, ex, first_test = history_examples(history_dir, days, catalogue, progress, examples, row_cache=row_cache)
     nights = [first_test + d * DAY for d in range(days)]
     ex = new_types.for_nightly_fits(ex, history, catalogue, nights, window_days)
     oracle = OracleTables.read(history, catalogue)
@@ -190,14 +194,16 @@ def _scored_nights(ex: Examples, nights: list[float], window_days: int, params: 
 
 def history_examples(history_dir: Path, days: int, catalogue: Catalogue, progress: Any,
                      examples: tuple[History, Examples] | None = None, full_per_day: int = 1500,
-                     ) -> tuple[History, Examples, float]:
-    """The history, its examples and the first of the last ``days`` test days; rows are built unless
-    given (a short history fails first), with every candidate's rows for ``full_per_day`` attempts a test day."""
+                     row_cache: Path | None = None) -> tuple[History, Examples, float]:
+    """The history, its examples and the first of the last ``days`` test days; rows are built (or
+    read from ``row_cache``) unless given (a short history fails first), with every candidate's
+    rows for ``full_per_day`` attempts a test day."""
     if examples is not None:
         return examples[0], examples[1], first_test_day(examples[0], days)
     history = read_history(history_dir)
-    first, n = checked_first_test_day(history, days), full_per_day
-    return history, build_examples_with_progress(history, catalogue, progress, full_from=first, full_per_day=n), first
+    first = checked_first_test_day(history, days)
+    return history, built_examples(history, catalogue, progress, row_cache, full_from=first,
+                                   full_per_day=full_per_day), first
 
 
 def _score_day(ex: Examples, day: float, window_days: int, params: dict[str, Any] | None,

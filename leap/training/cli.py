@@ -42,6 +42,12 @@ def _check_history(path: Path) -> None:
         raise _fail(f"{path}: no such history folder (make one with `leap fleet history --out {path}`)")
 
 
+#: ``leap backtest`` and ``leap drivers``: where built rows are kept between runs.
+BuiltRowsOpt = Annotated[Path | None, typer.Option(
+    "--row-cache", help="Folder keeping the built rows: a later run on the same events, row code and catalogue "
+    "reads them instead of building them again (a folder only this user writes).")]
+
+
 def train_cmd(
     history: HistoryOpt,
     as_of: Annotated[str | None, typer.Option("--as-of", help="Train on what was known before this day (YYYY-MM-DD).")]
@@ -184,6 +190,7 @@ def backtest_cmd(
         min=1, help="Worker processes scoring nights side by side, one thread a fit (1: here, OpenMP's threads); "
                     "each holds the rows and oracle tables.",
     )] = 2,
+    row_cache: BuiltRowsOpt = None,
 ) -> None:
     """Nightly retrains over the last DAYS days: train on everything before, score the day."""
     from leap.core.hardware import load_catalogue
@@ -198,8 +205,8 @@ def backtest_cmd(
         examples = None if drop_field is None else examples_without(
             history, days, drop_field, load_catalogue(), console, drop_everywhere, window_days)
         result = backtest(history, days=days, window_days=window_days, params=_size_params(trees, leaves),
-                          progress=console, examples=examples, jobs=jobs)
-    except ValueError as exc:
+                          progress=console, examples=examples, jobs=jobs, row_cache=row_cache)
+    except (ValueError, PermissionError) as exc:  # PermissionError: a --row-cache folder others can write to
         raise _fail(str(exc)) from None
     result["dropped_field"] = drop_field
     result["dropped_everywhere"] = drop_everywhere
@@ -241,6 +248,7 @@ def drivers_cmd(
         help="With --history: the backtest of the same days with each of these optional fields (params, "
              "framework, layout; comma-separated) left out of every submission, beside the complete run.",
     )] = None,
+    row_cache: BuiltRowsOpt = None,
 ) -> None:
     """What moves accuracy: feature groups, window, cadence, model size, target transform, the model's stages,
     and (--drop-fields) the submission fields a scheduler may leave out."""
@@ -259,10 +267,10 @@ def drivers_cmd(
     if history is not None:
         _check_history(history)
         try:
-            result = drivers(history, days=days, progress=console, variants=chosen, jobs=jobs)
+            result = drivers(history, days=days, progress=console, variants=chosen, jobs=jobs, row_cache=row_cache)
             if fields:
                 result["missing_fields"] = _missing_fields(history, days, fields)
-        except ValueError as exc:
+        except (ValueError, PermissionError) as exc:  # PermissionError: a --row-cache folder others can write to
             raise _fail(str(exc)) from None
     if tables is not None:
         result["tables"] = _table_drivers(tables, seeds, chosen)

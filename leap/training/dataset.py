@@ -74,7 +74,7 @@ def _read(folder: Path, cls: type[Event] | None = None) -> pa.Table:
 
 
 def read_history(folder: Path, with_oracle: bool = True) -> History:
-    """Read a history folder; the digest covers every Parquet file's name and bytes."""
+    """Read a history folder; the digest covers every Parquet file's name and size."""
     if not folder.is_dir():
         raise HistoryError(f"{folder}: no such folder")
     missing = [t for t in TABLES if not (folder / t).is_dir()]

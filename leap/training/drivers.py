@@ -31,9 +31,10 @@ import numpy as np
 from leap.core.accuracy import summary
 from leap.core.hardware import Catalogue, load_catalogue
 from leap.training import new_types
-from leap.training.dataset import DAY, Examples, History, build_examples_with_progress, read_history
+from leap.training.dataset import DAY, Examples, History, read_history
 from leap.training.days import checked_first_test_day, day_text, submitted_on, training_mask
 from leap.training.pool import run_shared, shared
+from leap.training.row_cache import built_examples
 from leap.training.train import fit_model
 from predictor.models import BASELINES
 
@@ -212,6 +213,7 @@ def drivers(
     jobs: int = 2,
     catalogue: Catalogue | None = None,
     params: dict[str, Any] | None = None,
+    row_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Score every variant by nightly retrains over the last ``days`` days.
 
@@ -237,6 +239,8 @@ def drivers(
         (not forked): a script calling this with ``jobs > 1`` needs ``if __name__ == "__main__":``.
     params
         Model parameters under every fit; a variant's own parameters win over them.
+    row_cache
+        Folder keeping built rows (:func:`leap.training.row_cache.built_examples`); None: built every run.
 
     Returns
     -------
@@ -246,7 +250,7 @@ def drivers(
     """
     t0 = time.perf_counter()
     chosen = _chosen_variants(variants)
-    history, ex = _history_examples(history_dir, catalogue, progress, examples)
+    history, ex = _history_examples(history_dir, catalogue, progress, examples, row_cache)
     test_days = [checked_first_test_day(history, days) + d * DAY for d in range(days)]
     ex = new_types.for_nightly_fits(ex, history, catalogue or load_catalogue(), test_days,
                                     min(v.window_days or window_days for v in chosen))
@@ -264,13 +268,13 @@ def drivers(
 
 
 def _history_examples(history_dir: Path, catalogue: Catalogue | None, progress: Any,
-                      examples: tuple[History, Examples] | None) -> tuple[History, Examples]:
-    """The history and its examples; rows are built unless given."""
+                      examples: tuple[History, Examples] | None, row_cache: Path | None) -> tuple[History, Examples]:
+    """The history and its examples; rows are built (or read from ``row_cache``) unless given."""
     if examples is not None:
         return examples
     # Without the oracle table: the report scores models against measurements only.
     history = read_history(history_dir, with_oracle=False)
-    return history, build_examples_with_progress(history, catalogue or load_catalogue(), progress)
+    return history, built_examples(history, catalogue or load_catalogue(), progress, row_cache)
 
 
 def _chosen_variants(keys: Sequence[str] | None) -> list[Variant]:

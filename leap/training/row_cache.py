@@ -25,6 +25,10 @@ The checkpoint is one pickle (the state's own objects) beside a JSON of what it 
 written under temporary names and renamed. A pickle runs code when loaded, so the folder must be
 private to the trainer's user (:func:`predictor.compiled.private_dir`: created 0700, refused when
 another user owns it or others can write to it).
+
+A backtest or a drivers report run again on the same history builds the same rows: with a
+folder, :func:`built_examples` keeps them, keyed by the events, the row code, the catalogue and
+the build's options, and a later run reads them back (same rules for the folder).
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ import logging
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +50,7 @@ import pyarrow.compute as pc
 
 from features.offline import OfflineFeatureState
 from leap.core.hardware import Catalogue
-from leap.training.dataset import DAY, Examples, History, build_examples, new_state
+from leap.training.dataset import DAY, Examples, History, build_examples, build_examples_with_progress, new_state
 from leap.training.events import ids_unique, measured_finish
 from predictor.compiled import private_dir
 
@@ -55,6 +60,8 @@ log = logging.getLogger("leap.row_cache")
 #: checkpoint does not move back past it (if it is measured later, the next run builds cold).
 OPEN_DAYS = 2.0
 STATE = "checkpoint.pickle"
+#: Sets of built rows :func:`built_examples` keeps in its folder, the most recently used.
+EXAMPLES_KEPT = 3
 META = "checkpoint.json"
 #: Modules whose code decides the rows: a change to any of them makes a checkpoint stale.
 ROW_CODE = ("features", "leap/training/dataset.py", "leap/training/events.py", "leap/core/hardware.py",
@@ -214,9 +221,44 @@ def _save(folder: Path, meta: dict[str, Any], state: OfflineFeatureState, done: 
     (folder / META).unlink(missing_ok=True)
     for stale in folder.glob(".checkpoint.*"):  # a temporary file a crashed run left
         stale.unlink(missing_ok=True)
-    for name, write in ((STATE, lambda f: pickle.dump((state, done), f, protocol=pickle.HIGHEST_PROTOCOL)),
-                        (META, lambda f: f.write(json.dumps(meta).encode()))):
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, folder / name)
+    _write(folder / STATE, lambda f: pickle.dump((state, done), f, protocol=pickle.HIGHEST_PROTOCOL))
+    _write(folder / META, lambda f: f.write(json.dumps(meta).encode()))
+
+
+def _write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """``write`` into a temporary file beside ``path``, then renamed to it: never half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        write(f)
+    os.replace(tmp, path)
+
+
+def built_examples(history: History, catalogue: Catalogue, progress: Any, folder: Path | None,
+                   **options: Any) -> Examples:
+    """:func:`leap.training.dataset.build_examples_with_progress`, or the rows an earlier run built
+    from the same events, row code, catalogue and options, kept in ``folder`` (None: always built).
+
+    For a backtest or a drivers report run again on one history after a change to the model: its
+    rows do not change, and building them is minutes of each run. The key digests the events'
+    contents (not the archive's file sizes); the newest :data:`EXAMPLES_KEPT` sets are kept.
+    """
+    if folder is None:
+        return build_examples_with_progress(history, catalogue, progress, **options)
+    folder = private_dir(folder)
+    events = hashlib.sha256(b"".join(_table_digest(t) for t in (history.submissions, history.starts,
+                                                                 history.finishes)))
+    key = json.dumps({"code": code_digest(), "catalogue": catalogue_digest(catalogue), "events": events.hexdigest(),
+                      "options": options}, sort_keys=True, default=repr)
+    path = folder / f"examples-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pickle"
+    if path.exists():
+        if progress is not None:
+            progress.print(f"point-in-time rows from {path}")
+        os.utime(path)  # the newest used is the last evicted
+        with open(path, "rb") as f:
+            examples: Examples = pickle.load(f)
+        return examples
+    examples = build_examples_with_progress(history, catalogue, progress, **options)
+    _write(path, lambda f: pickle.dump(examples, f, protocol=pickle.HIGHEST_PROTOCOL))
+    for stale in sorted(folder.glob("examples-*.pickle"), key=lambda p: p.stat().st_mtime)[:-EXAMPLES_KEPT]:
+        stale.unlink(missing_ok=True)
+    return examples
