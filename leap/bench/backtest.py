@@ -50,12 +50,13 @@ def _children(pid: int) -> list[int]:
     return seen
 
 
-def backtest_once(history: Path, days: int, jobs: int, scratch: Path, result_json: Path | None = None) -> Figures:
+def backtest_once(history: Path, days: int, jobs: int, scratch: Path, result_json: Path | None = None,
+                  row_cache: Path | None = None) -> Figures:
     """One ``leap backtest`` in a child process: wall seconds, peak summed and single-process RSS,
     acc@10; the backtest's whole JSON is written to ``result_json`` when given."""
     out = result_json or scratch / f"backtest-{time.monotonic_ns()}.json"
     cmd = [sys.executable, "-m", "leap.cli", "backtest", "--history", str(history), "--days", str(days),
-           "--jobs", str(jobs), "--json", str(out)]
+           "--jobs", str(jobs), "--json", str(out), *(["--row-cache", str(row_cache)] if row_cache else [])]
     t0 = time.perf_counter()
     child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak_tree = peak_one = 0
@@ -73,17 +74,20 @@ def backtest_once(history: Path, days: int, jobs: int, scratch: Path, result_jso
 
 
 def bench_backtest(days: int, history_days: int, per_day: int, jobs: int, repeat: int, seed: int,
-                   history: Path | None, result_json: Path | None = None) -> dict[str, Any]:
+                   history: Path | None, result_json: Path | None = None, row_cache: Path | None = None
+                   ) -> dict[str, Any]:
     """``repeat`` runs of ``leap backtest --days DAYS --jobs JOBS`` on one history; medians of
-    :func:`backtest_once`'s figures; the last run's backtest JSON kept in ``result_json`` if given."""
+    :func:`backtest_once`'s figures; the last run's backtest JSON kept in ``result_json`` if given.
+    With ``row_cache`` every run reads the rows kept there (the first one builds them when absent)."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="leap-bench-backtest-") as tmp:
         scratch = Path(tmp)
-        params: dict[str, Any] = {"nights": days, "jobs": jobs, "rss": f"/proc of the process tree every {SAMPLE_S} s"}
+        params: dict[str, Any] = {"nights": days, "jobs": jobs, "rss": f"/proc of the process tree every {SAMPLE_S} s",
+                                  "row_cache": str(row_cache) if row_cache else None}
         history = history_to_reuse(history, scratch, history_days, per_day, seed, params)
         runs = []
         for r in range(repeat):
-            run = backtest_once(history, days, jobs, scratch, result_json)
+            run = backtest_once(history, days, jobs, scratch, result_json, row_cache)
             say(f"run {r + 1}/{repeat}: {run['seconds']:.1f} s, peak {run['peak_tree_rss_gb']:.2f} GB summed "
                 f"({run['peak_process_rss_gb']:.2f} GB one process), acc@10 {run['lightgbm_acc10']:.4f}")
             runs.append(run)

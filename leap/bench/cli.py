@@ -225,11 +225,13 @@ def backtest_cmd(
     repeat: Repeat = 1,
     seed: Seed = 41,
     result_json: Annotated[Path | None, typer.Option(help="Keep the last run's backtest JSON here.")] = None,
+    row_cache: Annotated[Path | None, typer.Option(help="leap backtest --row-cache: rows built once, then read.")]
+    = None,
 ) -> None:
     """Wall time and peak RSS (summed over its processes) of `leap backtest` on a simulated history."""
     from leap.bench.backtest import bench_backtest
 
-    emit(bench_backtest(days, history_days, attempts_per_day, jobs, repeat, seed, history, result_json))
+    emit(bench_backtest(days, history_days, attempts_per_day, jobs, repeat, seed, history, result_json, row_cache))
 
 
 @app.command("dashboard-ingest")
