@@ -64,6 +64,7 @@ def test_every_task_reads_the_shared_data_here_and_in_workers_and_its_file_is_go
     assert set(glob.glob(f"{tempfile.gettempdir()}/leap-pool-*")) == before
     unordered = sorted(run_shared(_shared_with, args, data, jobs=2, in_order=False))
     assert unordered == pooled
+    assert list(run_shared(_shared_with, [], data, jobs=2)) == []  # no tasks: no pool to start
     try:
         shared()
     except RuntimeError as e:

@@ -117,8 +117,7 @@ def backtest(
     progress
         Anything with ``print`` (a rich console), for one line per day.
     examples
-        ``(history, examples)`` already built with :func:`leap.training.dataset.build_examples`
-        (with candidate rows from the first test day on, for top-1 and regret).
+        ``(history, examples)`` already built, with candidate rows from the first test day on.
     jobs
         Worker processes scoring nights side by side, one thread a fit; 1: here, on OpenMP's threads.
         A night's results depend on its fit's thread count only, not on the process that ran it.
@@ -128,9 +127,8 @@ def backtest(
     Returns
     -------
     dict
-        ``{"days", "window_days", "mean": {model: metrics}, "by_evidence", "per_day": [...],
-        "lightgbm_beats_transfer_days", "data_hash", "lightgbm_by_hardware",
-        "lightgbm_by_family", "lightgbm_sample"}``.
+        ``{"days", "window_days", "mean": {model: metrics}, "by_evidence", "per_day": [...], "data_hash",
+        "lightgbm_beats_transfer_days", "lightgbm_by_hardware", "lightgbm_by_family", "lightgbm_sample"}``.
 
     Raises
     ------
@@ -141,8 +139,7 @@ def backtest(
     history, ex, first_test = history_examples(history_dir, days, catalogue, progress, examples, row_cache=row_cache)
     nights = [first_test + d * DAY for d in range(days)]
     ex = new_types.for_nightly_fits(ex, history, catalogue, nights, window_days)
-    oracle = OracleTables.read(history, catalogue)
-    digest = history.digest
+    oracle, digest = OracleTables.read(history, catalogue), history.digest
     del history  # the rows are built: the archive's tables would stay alive through every fit
     errors = _no_errors()
     per_day = []

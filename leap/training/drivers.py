@@ -219,28 +219,24 @@ def drivers(
 
     Parameters
     ----------
-    history_dir
-        History folder (ignored when ``examples`` is given).
+    history_dir, row_cache
+        History folder (ignored when ``examples`` is given); a folder keeping its built rows
+        (:func:`leap.training.row_cache.built_examples`; None: built every run).
     days
         Test days at the end of the history.
-    progress
-        Anything with ``print`` (a rich console), for one line per fit.
-    examples
-        ``(history, examples)`` already built with :func:`leap.training.dataset.build_examples`.
+    progress, examples
+        Anything with ``print`` (a rich console), for one line per fit; ``(history, examples)`` already built.
     variants
         Keys of :data:`VARIANTS` to run (``default`` is always run); all by default.
     window_days
         The default model's training window.
     max_train_rows
-        At most this many training rows per fit (a random sample of the window, the same for
-        every variant with that window and day); ``None``: all (see the module note).
+        At most this many training rows per fit (one random sample per window and day); None: all.
     jobs
         Worker processes, one LightGBM thread each; 1 runs in this process. Workers are spawned
         (not forked): a script calling this with ``jobs > 1`` needs ``if __name__ == "__main__":``.
     params
         Model parameters under every fit; a variant's own parameters win over them.
-    row_cache
-        Folder keeping built rows (:func:`leap.training.row_cache.built_examples`); None: built every run.
 
     Returns
     -------

@@ -45,6 +45,8 @@ def run_shared(task: Callable[..., R], args: Sequence[tuple[Any, ...]], shared: 
     ``in_order`` False, as they finish. ``task`` must then be picklable (a module-level function).
     """
     global _SHARED
+    if not args:
+        return
     if jobs <= 1:
         _SHARED = shared
         try:
