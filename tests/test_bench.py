@@ -156,7 +156,7 @@ def test_train(tmp_path: Path) -> None:
 def test_backtest(tmp_path: Path) -> None:
     history = tmp_path / "history"
     kept = tmp_path / "backtest.json"
-    out = run_json("backtest", "--days", "2", "--jobs", "2", "--history-days", "6", "--attempts-per-day", "500",
+    out = run_json("backtest", "--days", "2", "--jobs", "2", "--history-days", "4", "--attempts-per-day", "300",
                    "--history", str(history), "--repeat", "1", "--result-json", str(kept))
     med = out["median"]
     assert out["benchmark"] == "backtest" and out["params"]["history"] == str(history)
