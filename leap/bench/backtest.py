@@ -23,19 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from leap.bench.common import Figures, report, say
+from leap.bench.common import Figures, report, resident_bytes, say
 from leap.bench.train import history_to_reuse
 
 #: How often the process tree's resident memory is sampled, seconds.
 SAMPLE_S = 0.5
-
-
-def _resident_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * 4096
-    except OSError:  # gone between the listing and the read
-        return 0
 
 
 def _children(pid: int) -> list[int]:
@@ -61,7 +53,7 @@ def backtest_once(history: Path, days: int, jobs: int, scratch: Path, result_jso
     child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak_tree = peak_one = 0
     while child.poll() is None:
-        sizes = [_resident_bytes(p) for p in _children(child.pid)]
+        sizes = [resident_bytes(p) or 0 for p in _children(child.pid)]
         peak_tree, peak_one = max(peak_tree, sum(sizes)), max(peak_one, max(sizes, default=0))
         time.sleep(SAMPLE_S)
     seconds = time.perf_counter() - t0

@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,18 @@ def machine() -> dict[str, Any]:
         "load_avg_at_start": _LOAD_AT_START,
         "load_avg_at_end": _load(),
     }
+
+
+def resident_bytes(pid: int) -> int | None:
+    """Resident memory of a process, bytes (Linux ``/proc``); None once it has ended."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return None  # a zombie: no memory of its own left
 
 
 def percentiles_ms(seconds: Sequence[float], prefix: str) -> Figures:

@@ -24,7 +24,7 @@ import numpy as np
 from confluent_kafka import Consumer, TopicPartition
 
 from features.store import open_store
-from leap.bench.common import Figures, report, say, scratch_prefix
+from leap.bench.common import Figures, report, resident_bytes, say, scratch_prefix
 from leap.bench.e2e import Collector, tagged, wait_until_ranking
 from leap.bench.workload import Workload, make_workload, seed_store
 from leap.core.hardware import load_catalogue
@@ -43,11 +43,11 @@ from streams.topics import (
 
 
 def rss_mb(pid: int) -> float:
-    """Resident memory of a process, MB (Linux ``/proc``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    """Resident memory of a running process, MB."""
+    rss = resident_bytes(pid)
+    if rss is None:
+        raise RuntimeError(f"no resident memory for pid {pid}: the process has ended")
+    return rss / 1024 / 1024
 
 
 def group_lag(settings: Settings, group: str, topics: tuple[str, ...]) -> int:

@@ -104,11 +104,11 @@ class PairTable:
         h = np.array([self.hardware.get(x, -1) for x in hardware], dtype=np.int64)
         if len(a) != len(h):
             raise ValueError(f"{len(a)} attempts against {len(h)} hardware names")
-        code = a * max(len(self.hardware), 1) + h
-        pos = np.minimum(np.searchsorted(self.keys, code), max(len(self.keys) - 1, 0))
-        found = (a >= 0) & (h >= 0) & (len(self.keys) > 0)
-        found &= self.keys[pos] == code if len(self.keys) else False
-        return np.where(found, pos, -1)
+        if not len(self.keys):
+            return np.full(len(a), -1)
+        code = a * len(self.hardware) + h
+        pos = np.minimum(np.searchsorted(self.keys, code), len(self.keys) - 1)
+        return np.where((a >= 0) & (h >= 0) & (self.keys[pos] == code), pos, -1)
 
     def look(self, column: str, attempt_id: Iterable[str | None], hardware: Iterable[str]) -> np.ndarray:
         """``column`` per pair, NaN where absent (a column the table lacks: all NaN)."""
