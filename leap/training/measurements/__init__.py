@@ -3,17 +3,18 @@
 A measurement table (CSV) has one row per (workload, configuration, hardware) with the columns
 ``workload, hardware, num_accelerators, global_batch_size, throughput`` and optionally
 ``precision, seq_len, params, suite, family, framework``. A *configuration* is workload + global
-batch + accelerator count (+ precision, + suite when present).
+batch + accelerator count (+ precision when present), whatever the suite; a *job* is a
+configuration within one suite (a software release, an MLPerf round).
 
-The table becomes history (:mod:`~leap.training.measurements.history`): one job per configuration,
+The table becomes history (:mod:`~leap.training.measurements.history`): one job per job id,
 one completed attempt per measurement, in a seeded random order. The question is the one LEAP
 answers at submission time: how fast will this attempt run on each candidate, given the job's own
 earlier attempts? Two protocols hold jobs out:
 
 ``config_fold``
-    configurations in 5 folds (seeded);
+    configurations in 5 folds (seeded), every suite of one configuration in the same fold;
 ``leave_one_workload_out``
-    each workload (across suites) in turn.
+    each workload (across suites) in turn: fixed folds, the same for every fold seed.
 
 Per fold the models are fitted on the training jobs' point-in-time examples (the rows
 ``leap train`` fits on) and predict the held-out jobs' attempts, each job seeing only its own
