@@ -108,7 +108,7 @@ def test_scale(topics: dict[str, str], rds: redis.Redis) -> None:
 
 
 def test_soak(topics: dict[str, str], rds: redis.Redis) -> None:
-    out = run_json("soak", "--minutes", "0.3", "--rate", "40", "--sample-s", "1", "--warmup-s", "2",
+    out = run_json("soak", "--minutes", "0.15", "--rate", "40", "--sample-s", "1", "--warmup-s", "2",
                    "--warm", "200", "--bad-share", "0.05")
     med = out["median"]
     assert med["rankings"] == med["submissions"] > 0 and med["finishes"] > 0
