@@ -4,6 +4,7 @@ format of ``leap fleet history``, and training code reads it."""
 from __future__ import annotations
 
 import time
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from streams.archive import (
 from streams.client import SchedulerClient
 from streams.events import SCHEMA_VERSION, Event, JobFinish, JobStart, Ranking, Submission
 from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS, consumer_group, skip_to_end
-from tests.factories import T0, finish, start, submission
+from tests.factories import T0, finish, free_port, start, submission
 
 DAY = 86400.0
 
@@ -115,6 +116,25 @@ def wait_for(root: Path, run: str, counts: dict[str, int], proc: WorkerProcess, 
         assert proc.proc.poll() is None, proc.log_tail()
         time.sleep(0.5)
     raise AssertionError(f"archive has {got}, expected {counts}:\n{proc.log_tail()}")
+
+
+def wait_read(port: int, counts: dict[str, int], proc: WorkerProcess, timeout: float = 45) -> None:
+    """Until the worker serving metrics on ``port`` has read ``counts`` events per topic."""
+    deadline = time.monotonic() + timeout
+    got: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+                text = page.read().decode()
+        except OSError:  # not serving yet
+            text = ""
+        got = {topic: sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                          if line.startswith(f'leap_events_in_total{{topic="{topic}"}}')) for topic in counts}
+        if all(got[k] >= v for k, v in counts.items()):
+            return
+        assert proc.proc.poll() is None, proc.log_tail()
+        time.sleep(0.2)
+    raise AssertionError(f"events read {got}, expected {counts}:\n{proc.log_tail()}")
 
 
 # ------------------------------------------------------------------------------ format
@@ -231,12 +251,12 @@ def test_buffered_events_are_written_on_shutdown(
     evs = events_of(f"{run_id}-b", 3)
     publish(settings, evs)
     # Nothing would be flushed for ten minutes: only the shutdown flush can write these.
-    proc = WorkerProcess(settings, "archiver", tmp_path / "second.log", LEAP_ARCHIVE_DIR=str(root),
+    port = free_port()
+    proc = WorkerProcess(settings, "archiver", tmp_path / "second.log", port, LEAP_ARCHIVE_DIR=str(root),
                          LEAP_ARCHIVE_FLUSH_SECONDS="600")
-    deadline = time.monotonic() + 30
-    while "Worker]: Ready" not in proc.log_path.read_text(errors="replace") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(5)  # consume the few events published since the first worker stopped
+    # the few events published since the first worker stopped are read (buffered, not written)
+    wait_read(port, {name: 3 for name in (SUBMISSIONS.name, JOB_STARTS.name, JOB_FINISHES.name, RANKINGS.name)},
+              proc)
     assert not rows_of(read_table(root, "submissions"), f"{run_id}-b")
     assert proc.stop() == 0, proc.log_tail()
     for name in ("submissions", "starts", "finishes", "rankings"):

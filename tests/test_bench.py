@@ -51,8 +51,10 @@ def test_features(rds: redis.Redis) -> None:
 
 def test_predict(rds: redis.Redis, tmp_path: Path) -> None:
     saved = tmp_path / "models" / "bench-model"
+    # 1,600 attempts a day: past predictor.boosting.SMALL_ROWS training rows, where --trees holds (below
+    # it the model takes 400 trees, whose C takes longer to compile than the rest of the test)
     out = run_json("predict", "--submissions", "60", "--warm", "200", "--batch", "25", "--history-days", "2",
-                   "--history-per-day", "150", "--trees", "3", "--no-no-redis", "--repeat", "1",
+                   "--history-per-day", "1600", "--trees", "3", "--no-no-redis", "--repeat", "1",
                    "--candidates", "6", "--save-model", str(saved))
     med = out["median"]
     assert out["params"]["variants"] == ["lookup", "lightgbm", "lightgbm_booster", "bare", "bare_booster"]
@@ -108,7 +110,7 @@ def test_scale(topics: dict[str, str], rds: redis.Redis) -> None:
 
 
 def test_soak(topics: dict[str, str], rds: redis.Redis) -> None:
-    out = run_json("soak", "--minutes", "0.3", "--rate", "40", "--sample-s", "1", "--warmup-s", "2",
+    out = run_json("soak", "--minutes", "0.15", "--rate", "40", "--sample-s", "1", "--warmup-s", "2",
                    "--warm", "200", "--bad-share", "0.05")
     med = out["median"]
     assert med["rankings"] == med["submissions"] > 0 and med["finishes"] > 0

@@ -32,6 +32,7 @@ from predictor.loop import ConfluentPredictor, Routes
 from predictor.models import LookupTable
 from predictor.service import ActiveModel, ModelHolder, RankingService
 from streams.events import DeadLetter, Ranking
+from streams.topics import session_timeout
 from tests.factories import client_without_retries, free_port, late_redis_server, submission
 
 CAT = load_catalogue()
@@ -225,17 +226,19 @@ def test_a_redis_outage_holds_the_batch_and_its_offsets_until_redis_is_back(
     (tmp_path / "first").mkdir()
     (tmp_path / "second").mkdir()
     settings = replace(settings, home=tmp_path)
-    # The group evicts a member that does not poll for max.poll.interval.ms (7 s here, the least
-    # above the 6 s session timeout); the outage below lasts longer.
+    # The group evicts a member that does not poll for max.poll.interval.ms (here a second above
+    # the session timeout, the least librdkafka takes: 3 s on the local broker, 7 s on one that
+    # keeps Kafka's 6 s minimum); the outage below lasts longer.
+    max_poll_s = session_timeout(settings) + 1.0
     with late_redis_server(port, after_s=0.0, workdir=tmp_path / "first"), \
-            running(settings, service_on(outage), routes, **{"max.poll.interval.ms": 7000}) as loop:
+            running(settings, service_on(outage), routes, **{"max.poll.interval.ms": int(max_poll_s * 1000)}) as loop:
         io.wait_ready(loop)
         server_gone = wait_for_redis_down(outage)
         start = io.ends()
         for sub in subs:
             io.publish(sub.job_key.encode(), sub.encode())
         assert io.ends() != start
-        time.sleep(9.0)  # the loop polls its paused consumer meanwhile (KEEPALIVE_S)
+        time.sleep(max_poll_s + 2.0)  # the loop polls its paused consumer meanwhile (KEEPALIVE_S)
         held = io.committed(settings)
         assert all(held[p] <= start.get(p, 0) for p in held), (held, start)  # none of the held batch
         assert loop.assigned and loop.revocations == 0, "the group kept the loop while it waited"
@@ -266,8 +269,6 @@ def wait_for_redis_down(store: FeatureStore) -> bool:
 @pytest_integration
 def test_the_session_timeout_is_raised_to_the_brokers_minimum(settings: Settings) -> None:
     from confluent_kafka.admin import ConfigResource
-
-    from streams.topics import session_timeout
 
     admin = AdminClient(settings.confluent_config())
     broker = ConfigResource(ConfigResource.Type.BROKER, str(next(iter(admin.list_topics(timeout=10).brokers))))

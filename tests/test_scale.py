@@ -128,13 +128,14 @@ def test_workers_join_and_leave_while_events_flow(scale_settings: Settings, pool
     _await_members(scale_settings, 2)
 
     def churn() -> None:
-        time.sleep(6)
+        # joined and left ~6 s later (two worker starts and rebalances): well within the 17 s of events
+        time.sleep(3)
         pool.add("f3", "features")
         pool.add("p3", "predictor")
         _await_members(scale_settings, 3)  # joined and holding partitions, while events flow
         assert pool["f1"].stop() == 0 and pool["p1"].stop() == 0  # leave gracefully, mid-stream
 
-    got = _stream_and_check(scale_settings, rds, run_id, 7, 24.0, churn)
+    got = _stream_and_check(scale_settings, rds, run_id, 7, 17.0, churn)
     for j in range(JOBS):
         arrivals = [got[f"{run_id}-job{j}-att-{k}"][1] for k in range(ROUNDS)]
         assert arrivals == sorted(arrivals), f"rankings of job {j} out of order"

@@ -135,6 +135,15 @@ def tuning_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def half_tuning_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tuning history at half the attempts a day: the command's plumbing, not its scores, is
+    under test where it is used, and the served model's fits take time in proportion to the rows."""
+    out = tmp_path_factory.mktemp("half-tuning-history") / "h"
+    write_history(simulate(seed=31, days=3, attempts_per_day=150, start=parse_day("2025-03-01")), out)
+    return out
+
+
 def test_tune_on_history_chooses_each_familys_best_night_score(tuning_history: Path) -> None:
     choice = tuning.tune_on_history(tuning_history, ["ridge", "lightgbm_plain"], draws=3, days=1, pick_sample=20)
     for family in ("ridge", "lightgbm_plain"):
@@ -193,21 +202,22 @@ def test_a_search_in_parts_scores_as_one_run_and_resumes_from_its_saved_parts(tm
 
 
 def test_cli_tunes_the_simulator_on_its_tuning_history_and_reports_the_served_defaults_beside(
-        tuning_history: Path, tmp_path: Path) -> None:
+        half_tuning_history: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from leap.cli import app
 
+    history = half_tuning_history
     out = tmp_path / "sim.json"
-    res = CliRunner().invoke(app, ["alternatives", "--history", str(tuning_history), "--days", "1", "--tables", "none",
-                                   "--tune", "2", "--tune-history", str(tuning_history), "--tune-history",
-                                   str(tuning_history), "--tune-days", "1",
+    res = CliRunner().invoke(app, ["alternatives", "--history", str(history), "--days", "1", "--tables", "none",
+                                   "--tune", "2", "--tune-history", str(history), "--tune-history",
+                                   str(history), "--tune-days", "1",
                                    "--models", "lightgbm,ridge,transfer_paired", "--pick-sample", "20",
                                    "--json", str(out)])
     assert res.exit_code == 0, res.output
     result = orjson.loads(out.read_bytes())
     chosen = result["tuning"]["simulator"]["chosen"]
-    assert result["tuning"]["simulator"]["histories"] == [str(tuning_history)] * 2  # each given history counts
+    assert result["tuning"]["simulator"]["histories"] == [str(history)] * 2  # each given history counts
     assert set(chosen) == {"lightgbm", "ridge"}  # the families with knobs; the baseline has none
     assert result["simulator"]["models"] == ["lightgbm", "ridge", "transfer_paired", tuning.SERVED_DEFAULTS]
     searched = result["tuning"]["simulator"]["acc10"]["lightgbm"]
