@@ -49,9 +49,8 @@ log = logging.getLogger("leap.predictor")
 IDLE_POLL_S = 0.1
 #: A batch running longer than this (an outage being waited out) polls the paused consumer.
 KEEPALIVE_S = 1.0
-#: Lag gauge and price reload periods.
+#: Lag gauge period (housekeeping's is ``Settings.catalogue_reload_interval``).
 LAG_EVERY_S = 5.0
-HOUSEKEEPING_EVERY_S = 30.0
 #: A member left without partitions this long says so (again every as long): its group is not
 #: rebalancing it back in, and nothing else would show that the worker ranks nothing.
 UNASSIGNED_SAY_S = 30.0
@@ -113,7 +112,8 @@ class ConfluentPredictor:
     service
         Ranks the submissions.
     housekeeping
-        Called between batches every :data:`HOUSEKEEPING_EVERY_S` (price reload).
+        Called between batches every ``settings.catalogue_reload_interval`` seconds (price and
+        operator hardware reload).
     routes
         Topics and consumer group (the LEAP ones by default).
     consumer_overrides
@@ -140,7 +140,8 @@ class ConfluentPredictor:
         self.stopping = False
         self._stash: list[Message] = []  # taken while a long batch kept the consumer polled
         self._paused = False
-        self._due = {"lag": 0.0, "housekeeping": time.monotonic() + HOUSEKEEPING_EVERY_S,
+        self.housekeeping_every = settings.catalogue_reload_interval
+        self._due = {"lag": 0.0, "housekeeping": time.monotonic() + self.housekeeping_every,
                      "unassigned": time.monotonic() + UNASSIGNED_SAY_S}
         self.send_ranking = self._sender(self.routes.rankings)
         self.send_dead_letter = self._sender(self.routes.dead_letter)
@@ -259,7 +260,7 @@ class ConfluentPredictor:
             self._due["unassigned"] = now + UNASSIGNED_SAY_S
         if now >= self._due["housekeeping"] and self.housekeeping is not None:
             self.housekeeping()
-            self._due["housekeeping"] = now + HOUSEKEEPING_EVERY_S
+            self._due["housekeeping"] = now + self.housekeeping_every
 
     def _export_lag(self) -> None:
         parts = [TopicPartition(t, p) for t, p in self.assigned]

@@ -21,6 +21,8 @@ from tests.test_operator_hardware import PART
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
+#: How often the predictor looks at its files here (30 s by default).
+RELOAD_S = 2.0
 #: The scheduler's name for the new part, as its drivers report it.
 NEW = "NVIDIA H20 96GB"
 
@@ -32,7 +34,8 @@ def predictor(settings: Settings, topics: dict[str, str], tmp_path: Path) -> Ite
     session's worker, if running, ranks the same submissions from the shipped catalogue alone."""
     hardware = tmp_path / "fleet-hardware.toml"
     hardware.write_text("# the fleet's parts\n")
-    ours = replace(settings, home=tmp_path, hardware_file=hardware, key_prefix=f"opfile-{uuid.uuid4().hex[:8]}")
+    ours = replace(settings, home=tmp_path, hardware_file=hardware, key_prefix=f"opfile-{uuid.uuid4().hex[:8]}",
+                   catalogue_reload_interval=RELOAD_S)
     skip_to_end(ours, consumer_group(ours, "predictor"), (SUBMISSIONS.name,))
     proc = WorkerProcess(ours, "predictor", tmp_path / "predictor.log")
     try:
@@ -68,7 +71,7 @@ def test_a_part_added_while_the_predictor_runs_is_ranked_next(
     before = rank_new_part(settings, job, 0)
     assert before["rank"] is None and before["reason"] == UNKNOWN_HARDWARE
     hardware.write_text(PART.replace('name = "H20"', 'name = "H20"\naliases = ["NVIDIA H20 96GB"]'))
-    deadline = time.monotonic() + 75  # the predictor re-reads its files every 30 s
+    deadline = time.monotonic() + 30 + 2 * RELOAD_S
     i = 1
     after = rank_new_part(settings, job, i)
     while after["rank"] is None and time.monotonic() < deadline:

@@ -33,6 +33,7 @@ PRODUCTION = ("streams", "features", "predictor", "leap")
         ("LEAP_ARCHIVE_DIR", "/data/archive", "archive_dir", Path("/data/archive")),
         ("LEAP_ARCHIVE_FLUSH_EVENTS", "250", "archive_flush_events", 250),
         ("LEAP_ARCHIVE_FLUSH_SECONDS", "2.5", "archive_flush_seconds", 2.5),
+        ("LEAP_CATALOGUE_RELOAD_INTERVAL", "2.5", "catalogue_reload_interval", 2.5),
     ],
 )
 def test_from_env_reads_each_variable(var: str, value: str, attribute: str, expected: Any) -> None:
@@ -61,7 +62,9 @@ def test_archive_root_follows_home_unless_set() -> None:
 
 @pytest.mark.parametrize(("var", "value"), [("LEAP_ARCHIVE_FLUSH_EVENTS", "many"),
                                             ("LEAP_ARCHIVE_FLUSH_EVENTS", "2.5"),
-                                            ("LEAP_ARCHIVE_FLUSH_SECONDS", "soon")])
+                                            ("LEAP_ARCHIVE_FLUSH_SECONDS", "soon"),
+                                            ("LEAP_CATALOGUE_RELOAD_INTERVAL", "often"),
+                                            ("LEAP_CATALOGUE_RELOAD_INTERVAL", "0")])
 def test_a_bad_number_names_its_variable(var: str, value: str) -> None:
     with pytest.raises(ValueError, match=var):
         Settings.from_env({var: value})
@@ -96,7 +99,7 @@ def test_to_env_round_trips_through_from_env(tmp_path: Path) -> None:
         "LEAP_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "LEAP_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "LEAP_KAFKA_SASL_USERNAME": "leap",
         "LEAP_KAFKA_SASL_PASSWORD": "secret", "LEAP_KAFKA_SSL_CAFILE": "/ca.pem",
-        "LEAP_REDIS_CA_FILE": "/redis-ca.pem",
+        "LEAP_REDIS_CA_FILE": "/redis-ca.pem", "LEAP_CATALOGUE_RELOAD_INTERVAL": "5.0",
     }
     settings = Settings.from_env(env)
     assert settings.to_env() == env

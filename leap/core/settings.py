@@ -49,6 +49,10 @@ DEFAULT_ARCHIVE_FLUSH_SECONDS = 300.0
 #: (docs/benchmarks.md, "Exactly-once rankings").
 DEFAULT_TRANSACTION_INTERVAL = 0.05
 
+#: How often a running predictor looks for changed price and operator hardware files, seconds, when
+#: ``LEAP_CATALOGUE_RELOAD_INTERVAL`` is unset: a look costs two file stats between batches.
+DEFAULT_CATALOGUE_RELOAD_INTERVAL = 30.0
+
 
 #: Kafka client security settings and the variables that carry them.
 KAFKA_SECURITY_VARS: tuple[tuple[str, str], ...] = (
@@ -123,6 +127,9 @@ class Settings:
     transaction_interval
         Longest a predictor's transaction stays open while submissions keep arriving, seconds
         (``LEAP_TRANSACTION_INTERVAL``); 0: one transaction per batch.
+    catalogue_reload_interval
+        How often a running predictor re-reads ``prices_file`` and ``hardware_file`` when they
+        changed, seconds (``LEAP_CATALOGUE_RELOAD_INTERVAL``, > 0).
     worker_id
         This worker's identity (``LEAP_WORKER_ID``): its transactional id, which its replacement
         must share to abort what it left open. Unset: this host's lowest free slot
@@ -149,11 +156,15 @@ class Settings:
     kafka_session_timeout: float = DEFAULT_KAFKA_SESSION_TIMEOUT
     exactly_once: bool = True
     transaction_interval: float = DEFAULT_TRANSACTION_INTERVAL
+    catalogue_reload_interval: float = DEFAULT_CATALOGUE_RELOAD_INTERVAL
     worker_id: str | None = None
 
     def __post_init__(self) -> None:
         if not self.transaction_interval >= 0:
             raise ValueError(f"LEAP_TRANSACTION_INTERVAL={self.transaction_interval!r} must be >= 0 (seconds)")
+        if not self.catalogue_reload_interval > 0:
+            raise ValueError(
+                f"LEAP_CATALOGUE_RELOAD_INTERVAL={self.catalogue_reload_interval!r} must be > 0 (seconds)")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -185,6 +196,8 @@ class Settings:
             kafka_session_timeout=_number(env, "LEAP_KAFKA_SESSION_TIMEOUT", float, defaults.kafka_session_timeout),
             exactly_once=_flag(env, "LEAP_EXACTLY_ONCE", default=True),
             transaction_interval=_number(env, "LEAP_TRANSACTION_INTERVAL", float, defaults.transaction_interval),
+            catalogue_reload_interval=_number(env, "LEAP_CATALOGUE_RELOAD_INTERVAL", float,
+                                              defaults.catalogue_reload_interval),
             worker_id=env.get("LEAP_WORKER_ID") or None,
         )
 
@@ -204,6 +217,8 @@ class Settings:
             env["LEAP_EXACTLY_ONCE"] = "0"
         if self.transaction_interval != DEFAULT_TRANSACTION_INTERVAL:
             env["LEAP_TRANSACTION_INTERVAL"] = repr(self.transaction_interval)
+        if self.catalogue_reload_interval != DEFAULT_CATALOGUE_RELOAD_INTERVAL:
+            env["LEAP_CATALOGUE_RELOAD_INTERVAL"] = repr(self.catalogue_reload_interval)
         if self.worker_id is not None:
             env["LEAP_WORKER_ID"] = self.worker_id
         if self.kafka_brokers != 1:
