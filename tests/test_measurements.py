@@ -34,7 +34,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("protocol", m.PROTOCOLS)
 def test_folds_partition_rows_and_never_split_a_configuration(small: Path, protocol: str) -> None:
     t = m.load_table(small)
-    cfg = m.config_ids(t)
+    cfg = m.configuration_ids(t)  # every suite's measurements of a configuration on one side
     masks = list(m.folds(t, protocol, seed=0))
     assert np.array_equal(np.sum(masks, axis=0), np.ones(len(t)))  # every row tested exactly once
     for test in masks:
@@ -51,7 +51,7 @@ def test_config_fold_holds_a_configuration_out_in_every_suite_at_once() -> None:
     t = m.load_table(LAMBDA)
     configuration = m.configuration_ids(t)
     # the table measures some configurations in both suites: two jobs, one configuration
-    assert int(m.config_ids(t).max()) > int(configuration.max())
+    assert int(m.job_ids(t).max()) > int(configuration.max())
     for test in m.folds(t, "config_fold", seed=1):
         assert not set(configuration[test].tolist()) & set(configuration[~test].tolist())
 
@@ -226,7 +226,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_mlperf_table_is_one_configuration_per_round_and_benchmark() -> None:
     t = m.load_table(MLPERF)
-    cfg = m.config_ids(t)
+    cfg = m.job_ids(t)
     keys = {(t.suite[i], t.workload[i]) for i in range(len(t))}
     assert int(cfg.max()) + 1 == len(keys)
     assert set(t.batch.tolist()) == {1.0}

@@ -51,7 +51,7 @@ from leap.training.measurements.estimators import (
     resolve_models,
 )
 from leap.training.measurements.history import TableHistory, to_history, write_history
-from leap.training.measurements.pairs import N_FOLDS, PROTOCOLS, config_ids, configuration_ids, folds
+from leap.training.measurements.pairs import N_FOLDS, PROTOCOLS, configuration_ids, folds, job_ids
 from leap.training.measurements.protocol import evaluate, load_history
 from leap.training.measurements.runner import PRIMARY, Fold, make_fold, run_protocol, score_model
 from leap.training.measurements.table import (
@@ -84,11 +84,11 @@ __all__ = [
     "Table",
     "TableHistory",
     "app",
-    "config_ids",
     "configuration_ids",
     "evaluate",
     "evaluate_measurements_cmd",
     "folds",
+    "job_ids",
     "load_history",
     "load_table",
     "make_fold",

@@ -1,8 +1,8 @@
-"""A measurement table as LEAP history: one job per configuration, one finished attempt per row.
+"""A measurement table as LEAP history: one job per configuration and suite, one finished attempt per row.
 
 Rules (``docs/evaluation.md`` explains them):
 
-- a **job** is a configuration (:func:`leap.training.measurements.pairs.config_ids`); its ``job_key``
+- a **job** is a configuration within one suite (:func:`leap.training.measurements.pairs.job_ids`); its ``job_key``
   is ``<name>-c<config id>``, its ``model_type`` the table's ``workload``;
 - each **row** (measurement) is one attempt that completed on the row's hardware: a submission,
   a start and a finish; the attempts of a job come in a seeded random order, spaced in time;
@@ -34,7 +34,7 @@ import numpy as np
 
 from leap.core.hardware import Catalogue
 from leap.training.dataset import DAY, History
-from leap.training.measurements.pairs import config_ids
+from leap.training.measurements.pairs import job_ids
 from leap.training.measurements.table import MeasurementError, Table
 from streams.archive import to_table, write_by_day
 from streams.events import PRECISIONS, EventError, JobFinish, JobStart, Submission
@@ -151,7 +151,7 @@ def to_history(t: Table, catalogue: Catalogue, seed: int = 0, name: str = "m") -
         hardware name longer than 64 characters, more than 64 hardware types in one
         configuration), naming the row.
     """
-    cfg = config_ids(t)
+    cfg = job_ids(t)
     hardware = [catalogue.canonical(h) for h in t.hardware]
     rng = np.random.default_rng(seed)
     job_key = np.array([f"{name}-c{c:05d}" for c in cfg.tolist()], dtype=object)
@@ -193,7 +193,7 @@ def _notes(t: Table, hardware: Sequence[str], catalogue: Catalogue) -> dict[str,
               "seq_len": "seq_len" in t.optional, "precision": "precision" in t.optional,
               "framework": "framework" in t.optional}
     return {
-        "jobs": int(config_ids(t).max()) + 1 if len(t) else 0,
+        "jobs": int(job_ids(t).max()) + 1 if len(t) else 0,
         "attempts": len(t),
         "fields_from_table": sorted(k for k, v in stated.items() if v),
         "fields_missing": sorted([k for k, v in stated.items() if not v]

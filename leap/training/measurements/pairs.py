@@ -19,7 +19,7 @@ def _ids(keys: list[tuple[Any, ...]]) -> IntArray:
     return np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int64)
 
 
-def config_ids(t: Table) -> IntArray:
+def job_ids(t: Table) -> IntArray:
     """Job id of each row: (suite, workload, accelerators, batch, precision).
 
     A suite (software release, MLPerf round) is part of the job: the same configuration measured

@@ -14,7 +14,7 @@ from leap.training.measurements.estimators import (
     resolve_models,
 )
 from leap.training.measurements.history import TableHistory, to_history
-from leap.training.measurements.pairs import PROTOCOLS, config_ids
+from leap.training.measurements.pairs import PROTOCOLS, job_ids
 from leap.training.measurements.runner import PRIMARY, run_protocol
 from leap.training.measurements.table import MeasurementError, Table, load_table
 from predictor.boosting import SMALL_ROWS, SMALL_SIZE
@@ -32,7 +32,7 @@ def load_history(csv_path: Path | str, seed: int = 0, catalogue: Catalogue | Non
     """
     path = Path(csv_path)
     t = load_table(path)
-    cfg = config_ids(t)
+    cfg = job_ids(t)
     hardware_per_config: dict[int, set[str]] = {}
     for c, h in zip(cfg.tolist(), t.hardware, strict=True):
         hardware_per_config.setdefault(c, set()).add(h)
