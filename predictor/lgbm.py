@@ -134,8 +134,8 @@ class LightGBMThroughput(ThroughputModel):
     effects_trees
         Trees of the first base fit, whose residuals estimate the jobs' speed factors (with
         ``job_effects``), at most the base model's own (None: as many). The factors are means over
-        a job's rows, so they need a fair fit, not the refit's: a third of the trees scored the
-        same on the design seeds and cut the base model's fitting time by a third.
+        a job's rows, so a coarser fit than the refit estimates them as well, for less time
+        (the choice: docs/model.md).
     blend
         How a job's prior is carried across hardware for the anchor: ``paired`` (the paired ratio
         wherever other jobs showed one, else the base model's ratio) or ``base`` (the base model's

@@ -16,7 +16,7 @@ from leap.training.held_out import build_cross_fitted_examples, build_held_out_e
 from leap.training.measurements import (
     MeasurementError,
     TableHistory,
-    config_ids,
+    job_ids,
     load_table,
     to_history,
     write_history,
@@ -57,7 +57,7 @@ def _subs(th: TableHistory) -> list[dict[str, Any]]:
 def test_one_job_per_configuration_one_completed_attempt_per_row(tmp_path: Path) -> None:
     t = load_table(_table(tmp_path))
     th = to_history(t, load_catalogue(), seed=0, name="t")
-    cfg = config_ids(t)
+    cfg = job_ids(t)
     assert len(set(th.job_key.tolist())) == int(cfg.max()) + 1
     for c in set(cfg.tolist()):
         assert len(set(th.job_key[cfg == c].tolist())) == 1
@@ -106,7 +106,7 @@ def test_candidates_are_the_configurations_hardware_by_canonical_name(tmp_path: 
     t = load_table(_table(tmp_path))
     cat = load_catalogue()
     th = to_history(t, cat)
-    cfg = config_ids(t)
+    cfg = job_ids(t)
     for s in _subs(th):
         rows = np.flatnonzero(th.job_key == s["job_key"])
         assert s["candidates"] == sorted({cat.canonical(t.hardware[i]) for i in rows.tolist()})
