@@ -85,3 +85,15 @@ def test_cli_refuses_an_unknown_variant_before_reading_anything(tmp_path: Path) 
     assert res.exit_code != 0
     assert "unknown variants ['bogus']" in res.output and "constant_leaves" in res.output
 
+
+
+def test_fits_below_the_held_out_tenth_are_started_first_among_their_size() -> None:
+    from leap.training.drivers import _cost, _Fit
+    from predictor.boosting import HOLDOUT_FROM
+
+    default = _Fit((), 30, 0.0)
+    short = _Fit((), 7, 0.0)
+    large = _Fit((("num_leaves", 255), ("n_estimators", 600)), 30, 0.0)
+    # a 7-day window below HOLDOUT_FROM rows is fitted out of fold: the slowest fit of a report
+    assert _cost(short, HOLDOUT_FROM - 1) > _cost(large, 4 * HOLDOUT_FROM) > _cost(default, 4 * HOLDOUT_FROM)
+    assert _cost(short, HOLDOUT_FROM) < _cost(default, 4 * HOLDOUT_FROM)
