@@ -131,11 +131,6 @@ class LightGBMThroughput(ThroughputModel):
         estimated) and give the base model its estimate as a column.
     job_effects
         Refit the base model on targets with each job's own speed factor removed.
-    effects_trees
-        Trees of the first base fit, whose residuals estimate the jobs' speed factors (with
-        ``job_effects``), at most the base model's own (None: as many). The factors are means over
-        a job's rows, so a coarser fit than the refit estimates them as well, for less time
-        (the choice: docs/model.md).
     blend
         How a job's prior is carried across hardware for the anchor: ``paired`` (the paired ratio
         wherever other jobs showed one, else the base model's ratio) or ``base`` (the base model's
@@ -169,7 +164,6 @@ class LightGBMThroughput(ThroughputModel):
         base_linear: bool = True,
         learned_roofline: bool = True,
         job_effects: bool = True,
-        effects_trees: int | None = 100,
         blend: str = "paired",
         trust: bool = True,
         correction: bool = True,
@@ -187,7 +181,6 @@ class LightGBMThroughput(ThroughputModel):
         self.learned_roofline = learned_roofline
         # the stages' switches (docs/model.md): each has a remove-one variant in the drivers report
         self.job_effects, self.blend, self.trust = job_effects, blend, trust
-        self.effects_trees = effects_trees
         self.correction, self.selectors, self.gate = correction, selectors, gate
         self.seed = seed
         # A served batch is a few hundred rows: one thread, no OpenMP start-up or contention with the worker.
@@ -225,7 +218,7 @@ class LightGBMThroughput(ThroughputModel):
             "early_stopping_rounds": self.early_stopping_rounds, "target": self.target,
             "feature_groups": list(self.feature_groups), "num_threads": self.num_threads,
             "base_linear": self.base_linear, "learned_roofline": self.learned_roofline,
-            "job_effects": self.job_effects, "effects_trees": self.effects_trees, "blend": self.blend,
+            "job_effects": self.job_effects, "blend": self.blend,
             "trust": self.trust, "correction": self.correction, "selectors": self.selectors, "gate": self.gate,
             "seed": self.seed,
         }
@@ -481,25 +474,24 @@ class LightGBMThroughput(ThroughputModel):
         if self.base_linear:
             params.update(linear_tree=True, linear_lambda=0.1)
 
-        def train_base(target: np.ndarray, trees: int) -> tuple[lgb.Booster, np.ndarray]:
+        def train_base(target: np.ndarray) -> tuple[lgb.Booster, np.ndarray]:
             data = lgb.Dataset(
                 self._base_matrix(rows), label=target, feature_name=self.base_features_,
                 categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
             )
-            return train_and_score(params, data, trees)
+            return train_and_score(params, data, int(self.size_["n_estimators"]))
 
         target = np.log(y)
         if groups is not None and self.job_effects:
-            # Refit on targets with each job's own speed factor removed, so that the base learns
-            # the hardware, not the jobs. The first fit only estimates the factors: fewer trees.
-            trees = int(self.size_["n_estimators"])
-            _, fitted = train_base(target, min(trees, self.effects_trees or trees))
+            # Fitted on targets with each job's own speed factor removed, so that the base learns
+            # the hardware, not the jobs; a first fit estimates the factors (its residuals' means).
+            _, fitted = train_base(target)
             target = target - job_effects(target - fitted, groups)
         # The roofline reads the configuration; fitting one to a handful of rows says nothing.
         if self.learned_roofline and "config" in self.feature_groups and usable_rows(rows) >= 1000:
             self.roofline_ = LearnedRoofline(seed=self.seed).fit(rows, target)
             self.base_features_.append(LEARNED_ROOFLINE)
-        self.base_, fitted = train_base(target, int(self.size_["n_estimators"]))
+        self.base_, fitted = train_base(target)
         # Linear leaves extrapolate: for a configuration far from those it was fitted on, the ratio
         # between two parts can take any size (e^19 on one simulator row). Ratios are kept within
         # the span the base model gives its own training rows.
