@@ -167,9 +167,9 @@ def _plan(variants: Sequence[Variant], test_days: list[float], window_days: int,
     return fits, key_of
 
 
-#: How many times a fit below :data:`predictor.boosting.HOLDOUT_FROM` training rows costs one
-#: above: it fits its stages once per fold, by jobs and by model types, before the final fit
-#: (measured: 7-day windows of ~19,900 rows took 77 s, 30-day ones of ~86,900 rows 18 s).
+#: How many times a fit below :data:`predictor.boosting.HOLDOUT_FROM` training rows counts in the
+#: order: it fits its stages once per fold, by jobs and by model types, before the final fit, so
+#: on a quarter of the rows it still takes several times as long (docs/benchmarks.md).
 OUT_OF_FOLD_COST = 10
 
 
@@ -184,7 +184,9 @@ def _cost(f: _Fit, rows: int) -> float:
 def _run_all(fits: dict[tuple[Any, ...], _Fit], ex: Examples, max_rows: int | None, jobs: int,
              progress: Any) -> dict[tuple[Any, ...], dict[float, float]]:
     rows = {k: int(training_mask(ex, f.train_day, f.window_days).sum()) for k, f in fits.items()}
-    order = sorted(fits, key=lambda k: -_cost(fits[k], min(rows[k], max_rows or rows[k])))
+    if max_rows is not None:
+        rows = {k: min(n, max_rows) for k, n in rows.items()}
+    order = sorted(fits, key=lambda k: -_cost(fits[k], rows[k]))
     out: dict[tuple[Any, ...], dict[float, float]] = {}
 
     def report(k: tuple[Any, ...], res: tuple[dict[float, float], int, float]) -> None:

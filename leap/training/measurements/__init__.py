@@ -6,7 +6,7 @@ A measurement table (CSV) has one row per (workload, configuration, hardware) wi
 batch + accelerator count (+ precision when present), whatever the suite; a *job* is a
 configuration within one suite (a software release, an MLPerf round).
 
-The table becomes history (:mod:`~leap.training.measurements.history`): one job per job id,
+The table becomes history (:mod:`~leap.training.measurements.history`): one job per configuration and suite,
 one completed attempt per measurement, in a seeded random order. The question is the one LEAP
 answers at submission time: how fast will this attempt run on each candidate, given the job's own
 earlier attempts? Two protocols hold jobs out:
