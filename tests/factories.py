@@ -25,6 +25,11 @@ from streams.events import SCHEMA_VERSION, JobFinish, JobStart, Submission
 T0 = 1_790_000_000.0
 CANDIDATES = ("H100-SXM", "A100-80GB", "MI300X", "TPU-v5p", "L4")
 
+#: The served model's parameters where a report's or a command's logic, not the model's size or
+#: accuracy, is under test: small trees, and no learned roofline (its thousand Adam steps per fit
+#: are a fixed cost that outweighs small trees several times on a few thousand rows).
+PLUMBING_PARAMS: dict[str, Any] = {"n_estimators": 30, "num_leaves": 15, "learned_roofline": False}
+
 
 def submission_dict(job: str, i: int, **over: Any) -> dict[str, Any]:
     d: dict[str, Any] = {

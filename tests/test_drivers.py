@@ -15,10 +15,9 @@ from leap.fleet.history import simulate, write_history
 from leap.training.dataset import build_examples, read_history
 from leap.training.drivers import VARIANTS, drivers, plot_drivers
 from predictor.models import BASELINES
+from tests.factories import PLUMBING_PARAMS
 
 KEYS = ("no_prior", "weekly", "window_60", "lookup", "transfer", "transfer_paired")
-# Small trees under every fit: the report's logic, not the model's size, is under test here.
-PARAMS = {"n_estimators": 30, "num_leaves": 15}
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +26,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     write_history(simulate(seed=5, days=8, attempts_per_day=400), folder)
     history = read_history(folder, with_oracle=False)
     ex = build_examples(history, load_catalogue())
-    return drivers(folder, days=2, examples=(history, ex), variants=KEYS, jobs=1, params=PARAMS)
+    return drivers(folder, days=2, examples=(history, ex), variants=KEYS, jobs=1, params=PLUMBING_PARAMS)
 
 
 def test_shape_and_finite(result: dict[str, Any]) -> None:
@@ -54,7 +53,7 @@ def test_window_beyond_history_is_labelled_and_shares_the_default_fit(result: di
     # weekly reuses the first day's fit: default and no_prior on two days are all that is fitted.
     assert result["fits"] == 4
     assert rows["window_60"]["per_day"] == rows["default"]["per_day"]
-    assert result["params"] == PARAMS
+    assert result["params"] == PLUMBING_PARAMS
 
 
 def test_prior_throughput_drives_accuracy(result: dict[str, Any]) -> None:

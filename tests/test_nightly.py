@@ -30,9 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Eight simulated days of 300 attempts, in the archive layout."""
+    """Eight simulated days of 200 attempts, in the archive layout (the role's plumbing is under
+    test, and its run fits the served model's defaults: time in proportion to the rows)."""
     out = tmp_path_factory.mktemp("archive")
-    write_history(simulate(seed=7, days=8, attempts_per_day=300, start=parse_day(START)), out)
+    write_history(simulate(seed=7, days=8, attempts_per_day=200, start=parse_day(START)), out)
     return out
 
 
@@ -105,9 +106,11 @@ def test_trainer_promotes_then_keeps_the_current_model_over_a_worse_one(
         assert ann is not None and ann.model_version == first
         assert registry.promotions()[-1]["reason"].startswith("nightly: no current model")
 
-        # A deliberately weak candidate (one tree on the raw target), scored on the same holdout.
+        # A deliberately weak candidate (one tree on the raw target, served everywhere: no gate to
+        # fall back to the paired transfer), scored on the same holdout.
         time.sleep(1.0)  # registry versions are named to the second
-        weak = run_nightly(archive, registry, settings, window_days=30, params={"n_estimators": 1, "target": "raw"})
+        weak_params = {"n_estimators": 1, "target": "raw", "gate": False, "learned_roofline": False}
+        weak = run_nightly(archive, registry, settings, window_days=30, params=weak_params)
         assert weak["promoted"] is False, weak["decision"]
         assert weak["holdout"] == meta["holdout"]
         assert weak["metrics"]["lightgbm"]["acc@10"] < weak["current"]["holdout"]["acc@10"]

@@ -12,13 +12,11 @@ from typer.testing import CliRunner
 from leap.cli import app
 from leap.core.hardware import load_catalogue
 from leap.training.partial import examples_without, missing_fields
-
-# Small trees: the table's logic, not the model's size, is under test here.
-PARAMS = {"n_estimators": 30, "num_leaves": 15}
+from tests.factories import PLUMBING_PARAMS
 
 
 def test_each_dropped_field_is_a_row_beside_the_complete_run(tiny_history: Path) -> None:
-    rows = missing_fields(tiny_history, 2, ["layout", "params"], load_catalogue(), params=PARAMS)
+    rows = missing_fields(tiny_history, 2, ["layout", "params"], load_catalogue(), params=PLUMBING_PARAMS)
     assert [r["dropped"] for r in rows] == [None, "layout", "params"]
     for row in rows:
         assert all(0.0 <= row[k] <= 1.0 for k in ("acc@10", "top1", "transfer", "transfer_paired")), row

@@ -19,6 +19,7 @@ from predictor.registry import Registry
 from predictor.reload import announce
 from streams.client import SchedulerClient
 from streams.events import Ranking
+from tests.factories import PLUMBING_PARAMS
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -28,7 +29,7 @@ def test_promotion_switches_a_running_predictor(
 ) -> None:
     ex = build_examples(read_history(small_history), load_catalogue())
     last = float(np.floor(ex.submit_time.max() / 86400) * 86400)
-    model = fit_model(split(ex, last + 86400, 30).train, {"n_estimators": 30, "num_leaves": 15})
+    model = fit_model(split(ex, last + 86400, 30).train, PLUMBING_PARAMS)
     record = Registry(tmp_path).save(model, {"metrics": {}}, version=f"lgbm-test-{int(time.time())}")
 
     attempts = Fleet(seed=int(time.time()) % 100_000).sample_attempts(600)
