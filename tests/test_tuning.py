@@ -210,14 +210,13 @@ def test_cli_tunes_the_simulator_on_its_tuning_history_and_reports_the_served_de
     history = half_tuning_history
     out = tmp_path / "sim.json"
     res = CliRunner().invoke(app, ["alternatives", "--history", str(history), "--days", "1", "--tables", "none",
-                                   "--tune", "2", "--tune-history", str(history), "--tune-history",
-                                   str(history), "--tune-days", "1",
+                                   "--tune", "2", "--tune-history", str(history), "--tune-days", "1",
                                    "--models", "lightgbm,ridge,transfer_paired", "--pick-sample", "20",
                                    "--json", str(out)])
     assert res.exit_code == 0, res.output
     result = orjson.loads(out.read_bytes())
     chosen = result["tuning"]["simulator"]["chosen"]
-    assert result["tuning"]["simulator"]["histories"] == [str(history)] * 2  # each given history counts
+    assert result["tuning"]["simulator"]["histories"] == [str(history)]
     assert set(chosen) == {"lightgbm", "ridge"}  # the families with knobs; the baseline has none
     assert result["simulator"]["models"] == ["lightgbm", "ridge", "transfer_paired", tuning.SERVED_DEFAULTS]
     searched = result["tuning"]["simulator"]["acc10"]["lightgbm"]
