@@ -13,7 +13,9 @@ How a batch moves:
   burst makes the next batch larger. While a transaction is open the loop does not wait: finding
   nothing is what commits it;
 - **a long batch** (a Redis outage): the consumer keeps polling with its partitions paused, so
-  the group does not evict the worker for exceeding ``max.poll.interval.ms``;
+  the group does not evict the worker for exceeding ``max.poll.interval.ms``; a partition a
+  rebalance assigns is paused too while such a batch runs and resumed otherwise (librdkafka
+  would keep an earlier pause across the rebalance);
 - **a failed handler or delivery** leaves the batch uncommitted and the worker exits
   (:data:`streams.app.EXIT_UNPROCESSED`); its replacement reads the batch again.
 """
@@ -153,8 +155,21 @@ class ConfluentPredictor:
 
     # ------------------------------------------------------------------ group membership
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Take ``partitions`` on, paused while a long batch runs (:meth:`_await_handled` resumes
+        the whole assignment when it ends), fetched otherwise.
+
+        Resumed explicitly: librdkafka keeps a partition's pause across its revocation and
+        re-assignment (confluentinc/librdkafka#1849). A long batch pauses the assignment; a
+        rebalance in it (a killed broker moved the group's coordinator) revokes the partitions,
+        the batch ends and resumes what is assigned then (nothing), and the partitions handed back
+        stayed paused for good: the loop polled without a word and ranked nothing more.
+        """
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
+        if self._paused:
+            consumer.pause(partitions)
+        else:
+            consumer.resume(partitions)
         log.info("assigned %d partition(s) of %s", len(partitions), self.routes.submissions)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
