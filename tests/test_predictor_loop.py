@@ -11,7 +11,7 @@ import base64
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
@@ -31,7 +31,7 @@ from predictor.commits import Batch, Commits
 from predictor.loop import ConfluentPredictor, Routes
 from predictor.models import LookupTable
 from predictor.service import ActiveModel, ModelHolder, RankingService
-from streams.events import DeadLetter, Ranking
+from streams.events import DeadLetter, Ranking, Submission
 from streams.topics import session_timeout
 from tests.factories import client_without_retries, free_port, late_redis_server, submission
 
@@ -135,6 +135,12 @@ class Topics:
 
     def publish(self, key: bytes | None, value: bytes | None) -> None:
         self.producer.produce(self.routes.submissions, value, key)
+        assert self.producer.flush(30) == 0
+
+    def publish_each(self, subs: Sequence[Submission]) -> None:
+        """``subs[i]`` to partition ``i``."""
+        for partition, sub in enumerate(subs):
+            self.producer.produce(self.routes.submissions, sub.encode(), sub.job_key.encode(), partition=partition)
         assert self.producer.flush(30) == 0
 
     def read(self, seconds: float) -> None:
@@ -308,6 +314,68 @@ def test_a_fenced_producer_is_replaced_and_its_batches_ranked_once(
         store.delete_all()
     ours = [r.attempt_id for r in io.rankings if r.attempt_id.startswith(run_id)]
     assert sorted(ours) == sorted(s.attempt_id for s in first + second)  # each once
+
+
+class HeldUntilRevoked(RankingService):
+    """Ranks as the loop's service does, but holds a batch of ``held``'s submissions until the
+    group has revoked the partitions of :attr:`loop`: a long batch a rebalance lands in."""
+
+    loop: ConfluentPredictor | None = None
+    held = ""
+
+    def rank(self, subs: Sequence[Submission], received: Sequence[float] | None = None) -> list[Ranking]:
+        deadline = time.monotonic() + 60
+        while (any(s.job_key == self.held for s in subs) and self.loop is not None
+               and self.loop.revocations == 0 and time.monotonic() < deadline):
+            time.sleep(0.01)
+        return super().rank(subs, received)
+
+
+def eventually(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Until ``condition()`` holds; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(0.05)
+
+
+@pytest_integration
+def test_partitions_a_rebalance_revoked_from_a_long_batch_are_fetched_when_handed_back(
+        settings: Settings, routes: Routes, rds: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    """librdkafka keeps a partition paused across its revocation and re-assignment: a long batch
+    (its partitions paused) that a rebalance revoked, and that ended before the partitions came
+    back, must not leave them paused (the loop polled for ever and ranked nothing more)."""
+    store = FeatureStore(rds, KeyLayout(f"test-{run_id}"), canonicalize=CAT.canonical)
+    service = HeldUntilRevoked(store, CAT, ModelHolder(ActiveModel(LookupTable(), "lookup-loop-test")))
+    service.held = f"{run_id}-held"
+    io = Topics(settings, routes)
+    first, later = ([submission(f"{run_id}-{k}{i}", i) for i in range(PARTITIONS)] for k in "ab")
+    try:
+        with running(replace(settings, home=tmp_path), service, routes) as loop:
+            service.loop = loop
+            io.wait_ready(loop)
+            # committed offsets on every partition: one handed back reads on from there, not from
+            # the end (where a new group starts), so a submission sent before it came back counts
+            io.publish_each(first)
+            io.until({s.attempt_id for s in first})
+            held = submission(service.held, 0)
+            io.publish(held.job_key.encode(), held.encode())
+            eventually(lambda: loop._paused, 30, "the held batch paused the loop's partitions")
+            joiner = Consumer(settings.confluent_config(**{"group.id": routes.group, "enable.auto.commit": False}))
+            joiner.subscribe([routes.submissions])
+
+            def joined() -> bool:
+                joiner.poll(0.1)  # joins (a message it takes is never committed)
+                return bool(joiner.assignment()) and loop.revocations > 0
+
+            try:  # revokes the loop's partitions (the held batch ends) and shares them out again
+                eventually(joined, 60, "the joiner holds partitions")
+            finally:
+                joiner.close()  # leaves: every partition is the loop's again
+            io.publish_each(later)  # the loop paused every partition: each must be fetched again
+            io.until({held.attempt_id} | {s.attempt_id for s in later}, timeout=30)
+    finally:
+        store.delete_all()
 
 
 def test_a_call_that_outlives_its_limit_is_left_behind_and_said_stuck() -> None:
