@@ -363,11 +363,6 @@ def test_slow_redis(make_rig: Callable[..., Rig], run_id: str) -> None:
                during_submissions=then(lambda: _after_rankings(rig, work, 40), pause(3_000)))
 
 
-@pytest.mark.xfail(reason="open: in 1 of 8 runs on 2026-12-05 (in the full suite) the `all` worker's predictor "
-                   "loop was revoked after the restart and ranked nothing more, with no producer replaced "
-                   "or stuck call logged (not reproduced in 10 runs since; every transactional call is now "
-                   "bounded and a member left without partitions says so); the worker stacks are printed "
-                   "on failure", strict=False)
 def test_broker_restarted(make_rig: Callable[..., Rig], run_id: str) -> None:
     rig = make_rig()
     rig.start("all")
