@@ -11,7 +11,7 @@ import base64
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +34,7 @@ from predictor.service import ActiveModel, ModelHolder, RankingService
 from streams.events import DeadLetter, Ranking, Submission
 from streams.topics import session_timeout
 from tests.factories import client_without_retries, free_port, late_redis_server, submission
+from tests.faults_support import wait_until
 
 CAT = load_catalogue()
 PARTITIONS = 3
@@ -331,14 +332,6 @@ class HeldUntilRevoked(RankingService):
         return super().rank(subs, received)
 
 
-def eventually(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Until ``condition()`` holds; fails naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
-        time.sleep(0.05)
-
-
 @pytest_integration
 def test_partitions_a_rebalance_revoked_from_a_long_batch_are_fetched_when_handed_back(
         settings: Settings, routes: Routes, rds: redis.Redis, run_id: str, tmp_path: Path) -> None:
@@ -360,7 +353,7 @@ def test_partitions_a_rebalance_revoked_from_a_long_batch_are_fetched_when_hande
             io.until({s.attempt_id for s in first})
             held = submission(service.held, 0)
             io.publish(held.job_key.encode(), held.encode())
-            eventually(lambda: loop._paused, 30, "the held batch paused the loop's partitions")
+            wait_until(lambda: loop._paused, 30, "the held batch paused the loop's partitions", poll=0.05)
             joiner = Consumer(settings.confluent_config(**{"group.id": routes.group, "enable.auto.commit": False}))
             joiner.subscribe([routes.submissions])
 
@@ -369,7 +362,7 @@ def test_partitions_a_rebalance_revoked_from_a_long_batch_are_fetched_when_hande
                 return bool(joiner.assignment()) and loop.revocations > 0
 
             try:  # revokes the loop's partitions (the held batch ends) and shares them out again
-                eventually(joined, 60, "the joiner holds partitions")
+                wait_until(joined, 60, "the joiner holds partitions", poll=0.05)
             finally:
                 joiner.close()  # leaves: every partition is the loop's again
             io.publish_each(later)  # the loop paused every partition: each must be fetched again
