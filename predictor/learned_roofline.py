@@ -177,7 +177,12 @@ class LearnedRoofline:
         cells, row_cell = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
         order = np.argsort(row_cell.ravel(), kind="stable")
         rows_per_cell = np.bincount(row_cell.ravel(), minlength=len(cells))
-        grouped = (tuple(cells.T), row_cell.ravel()[order], rows_per_cell)
+        # Bins for one bincount over every term at once (values laid out term-major, as ravel gives
+        # them): the (term, cell) of each (term, row), and the (model type, term) of each (term, cell).
+        terms = np.arange(len(TERMS))[:, None]
+        term_cell = (terms * len(cells) + row_cell.ravel()[order]).ravel()
+        type_term = (cells[:, 0] * len(TERMS) + terms).ravel()
+        grouped = (tuple(cells.T), term_cell, rows_per_cell, type_term)
         by_term, target = np.ascontiguousarray(x[order].T), target[order]
         for it in range(1, self.steps + 1):
             grads, total = self._gradients(params, grouped, by_term, target)
@@ -192,18 +197,20 @@ class LearnedRoofline:
         out[order] = total
         return out
 
-    def _gradients(self, params: list[np.ndarray], grouped: tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray],
+    def _gradients(self, params: list[np.ndarray],
+                   grouped: tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray],
                    x_by_term: np.ndarray, target: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Gradient of the clipped squared log error for each parameter, and the step times.
 
-        ``grouped``: the distinct combinations of the four codes (cells), each row's cell (rows in
-        cell order) and the rows per cell; ``x_by_term``: the scaled terms, one row per term. A
+        ``grouped``: the distinct combinations of the four codes (cells), each (term, row)'s bin of
+        (term, cell) (rows in cell order), the rows per cell, and each (term, cell)'s bin of (model
+        type, term); ``x_by_term``: the scaled terms, one row per term. A
         row's gradient with respect to its cell's log weight of a term is the weight times the
         row's term times a factor of the row alone, so the rows are summed per cell first and every
         parameter's gradient is then a sum over cells: a few thousand instead of every row.
         """
         theta, phi_c, phi_m, phi_f = params
-        (cm, chf, ch, cv), row_cell, rows_per_cell = grouped
+        (cm, chf, ch, cv), term_cell, rows_per_cell, type_term = grouped
         weight = np.exp(self._log_weights(theta[cm], phi_c[chf], phi_m[ch], phi_f[cv])).T  # term x cell
         contrib = np.repeat(weight, rows_per_cell, axis=1)
         contrib *= x_by_term
@@ -211,10 +218,11 @@ class LearnedRoofline:
         error = np.clip(np.log(total) - target, -0.5, 0.5)
         factor = 2.0 * error / len(target) / total  # d loss / d log weight, over the weight x the term
         contrib = np.multiply(x_by_term, factor, out=contrib)
-        n_cells = weight.shape[1]
-        per_cell = weight * np.stack([np.bincount(row_cell, contrib[k], minlength=n_cells) for k in range(len(TERMS))])
+        # one bincount for every term at once: each (term, cell) bin sums its rows in the same order
+        # as a bincount per term would, so the sums are the same to the bit
+        per_cell = weight * np.bincount(term_cell, contrib.ravel(), minlength=weight.size).reshape(weight.shape)
         grads = [
-            np.stack([np.bincount(cm, per_cell[k], minlength=len(theta)) for k in range(len(TERMS))], axis=1),
+            np.bincount(type_term, per_cell.ravel(), minlength=theta.size).reshape(theta.shape),
             np.bincount(chf, per_cell[_COMPUTE], minlength=len(phi_c)),
             np.bincount(ch, per_cell[_WEIGHTS] + per_cell[_ACTIVATIONS], minlength=len(phi_m)),
             np.bincount(cv, per_cell[_FIXED], minlength=len(phi_f)),
