@@ -62,6 +62,37 @@ def _pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.char.add(np.char.add(a.astype(str), "|"), b.astype(str))
 
 
+#: What a gradient step reads of the rows' cells (:func:`cell_layout`).
+Grouped = tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray]
+
+
+def cell_layout(codes: np.ndarray) -> tuple[Grouped, np.ndarray]:
+    """The cells of rows coded ``codes`` (one column per code: model type first), laid out for the
+    gradient steps, and the order that puts the rows in cell order.
+
+    Rows share their weights with every row of the same (model type, part, family, vendor): each
+    step takes the exponentials once per such cell, not once per row. The rows are put in cell
+    order, so that a cell's weights are repeated over its rows and its rows' sums accumulate in one
+    place. The sums of every term are taken in one bincount over bins laid out here (values
+    term-major, as ``ravel`` gives them): the (term, cell) of each (term, row), and the (model
+    type, term) of each (term, cell); each bin sums the same values in the same order as a bincount
+    per term would, so the sums are the same to the bit.
+
+    Returns
+    -------
+    tuple
+        ``((the cells' codes, one array per code), each (term, row)'s bin, the rows per cell, each
+        (term, cell)'s bin)`` and the rows' order.
+    """
+    cells, row_cell = np.unique(codes, axis=0, return_inverse=True)
+    order = np.argsort(row_cell.ravel(), kind="stable")
+    rows_per_cell = np.bincount(row_cell.ravel(), minlength=len(cells))
+    terms = np.arange(len(TERMS))[:, None]
+    term_cell = (terms * len(cells) + row_cell.ravel()[order]).ravel()
+    type_term = (cells[:, 0] * len(TERMS) + terms).ravel()
+    return (tuple(cells.T), term_cell, rows_per_cell, type_term), order
+
+
 class LearnedRoofline:
     """Step-time roofline with learned per-model-type constants and per-part efficiencies.
 
@@ -170,19 +201,7 @@ class LearnedRoofline:
         first = [np.zeros_like(p) for p in params]
         second = [np.zeros_like(p) for p in params]
         total = np.full(len(target), np.nan)
-        # Rows share their weights with every row of the same (model type, part, family, vendor):
-        # each step takes the exponentials once per such cell, not once per row. The rows are put
-        # in cell order, so that a cell's weights are repeated over its rows and its rows' sums
-        # accumulate in one place, and each term's values sit contiguous.
-        cells, row_cell = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
-        order = np.argsort(row_cell.ravel(), kind="stable")
-        rows_per_cell = np.bincount(row_cell.ravel(), minlength=len(cells))
-        # Bins for one bincount over every term at once (values laid out term-major, as ravel gives
-        # them): the (term, cell) of each (term, row), and the (model type, term) of each (term, cell).
-        terms = np.arange(len(TERMS))[:, None]
-        term_cell = (terms * len(cells) + row_cell.ravel()[order]).ravel()
-        type_term = (cells[:, 0] * len(TERMS) + terms).ravel()
-        grouped = (tuple(cells.T), term_cell, rows_per_cell, type_term)
+        grouped, order = cell_layout(np.stack(codes, axis=1))
         by_term, target = np.ascontiguousarray(x[order].T), target[order]
         for it in range(1, self.steps + 1):
             grads, total = self._gradients(params, grouped, by_term, target)
@@ -197,14 +216,12 @@ class LearnedRoofline:
         out[order] = total
         return out
 
-    def _gradients(self, params: list[np.ndarray],
-                   grouped: tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray],
-                   x_by_term: np.ndarray, target: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    def _gradients(self, params: list[np.ndarray], grouped: Grouped, x_by_term: np.ndarray,
+                   target: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Gradient of the clipped squared log error for each parameter, and the step times.
 
-        ``grouped``: the distinct combinations of the four codes (cells), each (term, row)'s bin of
-        (term, cell) (rows in cell order), the rows per cell, and each (term, cell)'s bin of (model
-        type, term); ``x_by_term``: the scaled terms, one row per term. A
+        ``grouped``: the rows' cells as :func:`cell_layout` lays them out (rows in cell order);
+        ``x_by_term``: the scaled terms, one row per term. A
         row's gradient with respect to its cell's log weight of a term is the weight times the
         row's term times a factor of the row alone, so the rows are summed per cell first and every
         parameter's gradient is then a sum over cells: a few thousand instead of every row.
@@ -218,8 +235,6 @@ class LearnedRoofline:
         error = np.clip(np.log(total) - target, -0.5, 0.5)
         factor = 2.0 * error / len(target) / total  # d loss / d log weight, over the weight x the term
         contrib = np.multiply(x_by_term, factor, out=contrib)
-        # one bincount for every term at once: each (term, cell) bin sums its rows in the same order
-        # as a bincount per term would, so the sums are the same to the bit
         per_cell = weight * np.bincount(term_cell, contrib.ravel(), minlength=weight.size).reshape(weight.shape)
         grads = [
             np.bincount(type_term, per_cell.ravel(), minlength=theta.size).reshape(theta.shape),

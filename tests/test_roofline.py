@@ -17,7 +17,7 @@ from features.snapshot import FeatureSnapshot
 from leap.core.hardware import load_catalogue
 from leap.training.dataset import Examples, build_examples, read_history
 from predictor.boosting import job_effects
-from predictor.learned_roofline import LearnedRoofline, usable_rows
+from predictor.learned_roofline import LearnedRoofline, cell_layout, usable_rows
 from tests.factories import submission
 
 CAT = load_catalogue()
@@ -124,9 +124,7 @@ def test_the_gradients_are_those_of_the_loss() -> None:
     rng = np.random.default_rng(0)
     n, k = 300, len(TERMS)
     codes = np.stack([rng.integers(0, 3, n), rng.integers(0, 4, n), rng.integers(0, 2, n), rng.integers(0, 2, n)], 1)
-    cells, row_cell = np.unique(codes, axis=0, return_inverse=True)
-    order = np.argsort(row_cell.ravel(), kind="stable")  # rows in cell order, as fitting puts them
-    grouped = (tuple(cells.T), row_cell.ravel()[order], np.bincount(row_cell.ravel(), minlength=len(cells)))
+    grouped, _ = cell_layout(codes)  # x and target below are random: taken as rows in cell order
     x = np.ascontiguousarray(rng.uniform(0.1, 2.0, (n, k)).T)
     target = rng.normal(1.5, 0.7, n)
     params = [rng.normal(0, 0.3, (3, k)), rng.normal(0, 0.3, 4), rng.normal(0, 0.3, 2), rng.normal(0, 0.3, 2)]
