@@ -15,7 +15,8 @@ and ``window_insert`` in ``features/lua/window.lua`` order it.
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from array import array
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -101,6 +102,17 @@ class _Window:
     def median(self) -> float:
         return self._median
 
+    def extend_newest(self, entries: deque[Entry], count: int) -> None:
+        """Add ``count`` entries, each newer than every one before it, of which ``entries`` are
+        the newest (at most the limit): every one enters, and the window keeps the newest."""
+        self.entries = (self.entries + list(entries))[-self.limit:]
+        self.n += count
+        self.values = sorted(e[2] for e in self.entries)
+        if self.ids is not None:
+            self.ids = {e[1] for e in self.entries}
+        v, k = self.values, len(self.values)
+        self._median = v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2
+
 
 @dataclass(slots=True)
 class _PairWindow:
@@ -134,6 +146,41 @@ class _PairWindow:
 
 
 @dataclass(slots=True)
+class _FieldQueue:
+    """One configuration field's observations for one aggregate, queued until a partial submission
+    reads it (:meth:`OfflineFeatureState.apply_submission`), in as little memory as gives the same
+    window: a replay queues every submission of its window, four fields each.
+
+    An observation newer (by time and id) than every one this field has had is appended and kept
+    when applied, so of a run of them only the newest :data:`LOOKUP_WINDOW` and their arrival
+    times (for the count, and to forget a day exactly) are kept: the ``head``. From the first
+    observation that is not the newest on, each is kept whole in ``rest`` and inserted in
+    arrival order, as ``lookup.lua`` takes them.
+    """
+
+    times: array = field(default_factory=lambda: array("d"))  # the head's arrival times, ascending
+    head: deque[Entry] = field(default_factory=lambda: deque(maxlen=LOOKUP_WINDOW))
+    rest: list[Entry] | None = None
+
+    def add(self, entry: Entry, newest: bool) -> None:
+        if newest and self.rest is None:
+            self.times.append(entry[0])
+            self.head.append(entry)
+        elif self.rest is None:
+            self.rest = [entry]
+        else:
+            self.rest.append(entry)
+
+    def drop_before(self, time: float) -> None:
+        """Forget the observations before ``time``, as if they had never been queued."""
+        del self.times[:bisect.bisect_left(self.times, time)]
+        while self.head and self.head[0][0] < time:
+            self.head.popleft()
+        if self.rest is not None:
+            self.rest = [e for e in self.rest if e[0] >= time]
+
+
+@dataclass(slots=True)
 class _Job:
     seen: set[str] | None = None  # ids applied; made on first use, never when ids are known unique
     windows: dict[str, _Window] = field(default_factory=dict)
@@ -163,8 +210,9 @@ class OfflineFeatureState:
         # configuration aggregates of model types and families (features.completion), as lookups
         self.config_models: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.config_families: dict[str, dict[str, _Window]] = defaultdict(dict)
-        self._config_queue: dict[tuple[int, str], list[tuple[float, str, list[tuple[str, float]]]]] = \
-            defaultdict(list)
+        self._config_queue: dict[tuple[int, str], dict[str, _FieldQueue]] = defaultdict(dict)
+        # per aggregate and field, the newest (time, id) ever queued (applied or not)
+        self._config_newest: dict[tuple[int, str], dict[str, tuple[float, str]]] = defaultdict(dict)
         # Snapshots are immutable, so a model type's lookup dict is shared until it changes; then
         # the next read copies it with only the changed hardware's entries made again (a model
         # type's finishes change one entry each, and rebuilding all of them was an eighth of the
@@ -192,8 +240,9 @@ class OfflineFeatureState:
         them already: a window keeps no trace of what it dropped, so it cannot be undone."""
         if any(self.config_models.values()) or any(self.config_families.values()):
             return False
-        for key, queued in self._config_queue.items():
-            self._config_queue[key] = [entry for entry in queued if entry[0] >= time]
+        for queues in self._config_queue.values():
+            for queue in queues.values():
+                queue.drop_before(time)
         return True
 
     def apply_finish(self, ev: JobFinish) -> bool:
@@ -243,25 +292,44 @@ class OfflineFeatureState:
 
         Queued, and applied in arrival order when a partial submission's snapshot first reads the
         aggregate (:meth:`_config`): the same inserts in the same order, only later, so a replay of
-        complete submissions (all of training) never pays for windows nothing reads.
+        complete submissions (all of training) never pays for windows nothing reads. A queue keeps
+        what the windows will hold, not every observation (:class:`_FieldQueue`).
         """
         observed = config_observations(sub) if sub.model_type not in self._unseen else None
         if not observed:
             return
-        entry = (sub.event_time, packable_id(sub.event_id), observed)
-        self._config_queue[(2, sub.model_type)].append(entry)
-        if sub.family is not None:
-            self._config_queue[(3, sub.family)].append(entry)
+        time, eid = sub.event_time, packable_id(sub.event_id)
+        for kind, name in ((2, sub.model_type), (3, sub.family)):
+            if name is None:
+                continue
+            queues = self._config_queue[(kind, name)]
+            newest_of = self._config_newest[(kind, name)]
+            for name_of_field, value in observed:
+                queue = queues.get(name_of_field)
+                if queue is None:
+                    queue = queues[name_of_field] = _FieldQueue()
+                # Newest means appended and kept when applied; that needs ids known unique (no
+                # duplicate to find), else every observation is inserted as lookup.lua would.
+                last = newest_of.get(name_of_field)
+                newest = last is None or (time, eid) > last
+                if newest:
+                    newest_of[name_of_field] = (time, eid)
+                queue.add((time, eid, value), newest and self._unique_ids)
 
     def _apply_config_queue(self, kind: int, table: dict[str, dict[str, _Window]], name: str) -> None:
-        queued = self._config_queue.pop((kind, name), None)
-        if not queued:
+        queues = self._config_queue.pop((kind, name), None)
+        if not queues:
             return
         windows = table[name]
-        for time, eid, observed in queued:
-            for name_of_field, value in observed:
-                agg = windows.setdefault(name_of_field, _Window(LOOKUP_WINDOW))
-                inserted, kept = agg.insert((time, eid, value))
+        for name_of_field, queue in queues.items():
+            if not queue.times and not queue.rest:  # all forgotten (drop_config_before)
+                continue
+            agg = windows.setdefault(name_of_field, _Window(LOOKUP_WINDOW))
+            if queue.times:
+                agg.extend_newest(queue.head, len(queue.times))
+                self._lookup_stale.setdefault((kind, name), set()).add(name_of_field)
+            for entry in queue.rest or ():
+                inserted, kept = agg.insert(entry)
                 if inserted and kept:
                     agg.n += 1
                     self._lookup_stale.setdefault((kind, name), set()).add(name_of_field)
