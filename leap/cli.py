@@ -7,12 +7,14 @@ next to the production packages, which never import it.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
+import pyarrow as pa
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -276,7 +278,26 @@ def schemas(
         raise fail(f"schemas out of date: {', '.join(stale)} (run `leap schemas`)", code=1)
 
 
+def arrow_memory_pool() -> None:
+    """Make Arrow allocate from jemalloc, which gives freed memory back, unless the environment
+    chose a pool (``ARROW_DEFAULT_MEMORY_POOL``) or this platform's pyarrow lacks jemalloc.
+
+    pyarrow's default here, mimalloc, kept a training run's freed archive tables resident through
+    the fit; glibc's malloc, sharing its arenas with Python's objects, fragmented worse
+    (docs/benchmarks.md, training). The variable carries the choice to worker processes.
+    """
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    try:
+        pool = pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        return
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "jemalloc"
+    pa.set_memory_pool(pool)
+
+
 def main() -> None:
+    arrow_memory_pool()
     app()
 
 

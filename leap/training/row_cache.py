@@ -79,12 +79,33 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
+class _Hashing:
+    """A write-only file that hashes what is written to it instead of keeping it."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.hash.update(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def _table_digest(table: pa.Table) -> bytes:
-    part = table.combine_chunks()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, part.schema) as writer:
+    """A digest of a table's rows: the Arrow IPC stream of the table made one chunk, hashed as it
+    is written (never held whole), the columns made contiguous one at a time (the peak is one
+    copy of the table, not the three a buffered stream took)."""
+    part = pa.table([table.column(i).combine_chunks() for i in range(table.num_columns)], schema=table.schema)
+    sink = _Hashing()
+    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), part.schema) as writer:
         writer.write_table(part)
-    return hashlib.sha256(sink.getvalue().to_pybytes()).digest()
+    return sink.hash.digest()
 
 
 def events_digest(history: History, before: float) -> str:
@@ -138,11 +159,14 @@ def examples_as_of(window: History, catalogue: Catalogue, rows_from: float, unti
     folder = private_dir(folder)
     meta = _meta(window, catalogue, rows_from)
     found, reason = _resume(folder, window, catalogue, meta, rows_from, until)
+    resumed = found is not None
     state, done, since = found if found is not None else (new_state(window, catalogue), None, None)
+    del found  # each part is let go as soon as it is done with: the peak is the night's memory
     checkpoint = max(checkpoint_time(window, until), since or -np.inf)
     # Up to the new checkpoint, saved; then on to until.
     head = build_examples(window, catalogue, rows_from=rows_from, until=checkpoint, state=state, since=since)
-    head = head if done is None else Examples.concat([done, head])
+    if done is not None:
+        head, done = Examples.concat([done, head]), None
     saved = True
     try:
         _save(folder, {**meta, "checkpoint": checkpoint, "events": events_digest(window, checkpoint),
@@ -151,8 +175,9 @@ def examples_as_of(window: History, catalogue: Catalogue, rows_from: float, unti
         log.warning("the rows' checkpoint was not saved in %s: %s", folder, exc)
         saved = False
     tail = build_examples(window, catalogue, rows_from=rows_from, until=until, state=state, since=checkpoint)
+    del state
     log.info("training rows: %s", reason)
-    return Examples.concat([head, tail]), {"used": found is not None, "reason": reason,
+    return Examples.concat([head, tail]), {"used": resumed, "reason": reason,
                                            "resumed_from": since, "checkpoint": checkpoint, "saved": saved}
 
 
