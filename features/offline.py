@@ -15,6 +15,7 @@ and ``window_insert`` in ``features/lua/window.lua`` order it.
 from __future__ import annotations
 
 import bisect
+import math
 from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
@@ -155,21 +156,33 @@ class _FieldQueue:
     when applied, so of a run of them only the newest :data:`LOOKUP_WINDOW` and their arrival
     times (for the count, and to forget a day exactly) are kept: the ``head``. From the first
     observation that is not the newest on, each is kept whole in ``rest`` and inserted in
-    arrival order, as ``lookup.lua`` takes them.
+    arrival order, as ``lookup.lua`` takes them. The newest ``(time, id)`` outlives a read.
     """
 
     times: array = field(default_factory=lambda: array("d"))  # the head's arrival times, ascending
     head: deque[Entry] = field(default_factory=lambda: deque(maxlen=LOOKUP_WINDOW))
     rest: list[Entry] | None = None
+    newest_time: float = -math.inf
+    newest_id: str = ""
 
-    def add(self, entry: Entry, newest: bool) -> None:
-        if newest and self.rest is None:
-            self.times.append(entry[0])
-            self.head.append(entry)
+    def add(self, time: float, eid: str, value: float, unique_ids: bool) -> None:
+        """Queue one observation; ``unique_ids``: no id repeats, so the newest has no duplicate to find."""
+        newest = time > self.newest_time or (time == self.newest_time and eid > self.newest_id)
+        if newest:
+            self.newest_time, self.newest_id = time, eid
+        if newest and unique_ids and self.rest is None:
+            self.times.append(time)
+            self.head.append((time, eid, value))
         elif self.rest is None:
-            self.rest = [entry]
+            self.rest = [(time, eid, value)]
         else:
-            self.rest.append(entry)
+            self.rest.append((time, eid, value))
+
+    def take(self) -> tuple[int, deque[Entry], list[Entry]]:
+        """How many head observations there were, the head's newest and the rest; the queue is left empty."""
+        taken = len(self.times), self.head, self.rest or []
+        self.times, self.head, self.rest = array("d"), deque(maxlen=LOOKUP_WINDOW), None
+        return taken
 
     def drop_before(self, time: float) -> None:
         """Forget the observations before ``time``, as if they had never been queued."""
@@ -211,8 +224,6 @@ class OfflineFeatureState:
         self.config_models: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.config_families: dict[str, dict[str, _Window]] = defaultdict(dict)
         self._config_queue: dict[tuple[int, str], dict[str, _FieldQueue]] = defaultdict(dict)
-        # per aggregate and field, the newest (time, id) ever queued (applied or not)
-        self._config_newest: dict[tuple[int, str], dict[str, tuple[float, str]]] = defaultdict(dict)
         # Snapshots are immutable, so a model type's lookup dict is shared until it changes; then
         # the next read copies it with only the changed hardware's entries made again (a model
         # type's finishes change one entry each, and rebuilding all of them was an eighth of the
@@ -298,37 +309,31 @@ class OfflineFeatureState:
         observed = config_observations(sub) if sub.model_type not in self._unseen else None
         if not observed:
             return
-        time, eid = sub.event_time, packable_id(sub.event_id)
+        time, eid, unique = sub.event_time, packable_id(sub.event_id), self._unique_ids
         for kind, name in ((2, sub.model_type), (3, sub.family)):
             if name is None:
                 continue
             queues = self._config_queue[(kind, name)]
-            newest_of = self._config_newest[(kind, name)]
             for name_of_field, value in observed:
                 queue = queues.get(name_of_field)
                 if queue is None:
                     queue = queues[name_of_field] = _FieldQueue()
-                # Newest means appended and kept when applied; that needs ids known unique (no
-                # duplicate to find), else every observation is inserted as lookup.lua would.
-                last = newest_of.get(name_of_field)
-                newest = last is None or (time, eid) > last
-                if newest:
-                    newest_of[name_of_field] = (time, eid)
-                queue.add((time, eid, value), newest and self._unique_ids)
+                queue.add(time, eid, value, unique)
 
     def _apply_config_queue(self, kind: int, table: dict[str, dict[str, _Window]], name: str) -> None:
-        queues = self._config_queue.pop((kind, name), None)
+        queues = self._config_queue.get((kind, name))
         if not queues:
             return
         windows = table[name]
         for name_of_field, queue in queues.items():
-            if not queue.times and not queue.rest:  # all forgotten (drop_config_before)
+            if not queue.times and not queue.rest:  # nothing since the last read, or all forgotten
                 continue
+            count, head, rest = queue.take()
             agg = windows.setdefault(name_of_field, _Window(LOOKUP_WINDOW))
-            if queue.times:
-                agg.extend_newest(queue.head, len(queue.times))
+            if count:
+                agg.extend_newest(head, count)
                 self._lookup_stale.setdefault((kind, name), set()).add(name_of_field)
-            for entry in queue.rest or ():
+            for entry in rest:
                 inserted, kept = agg.insert(entry)
                 if inserted and kept:
                     agg.n += 1

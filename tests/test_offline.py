@@ -80,3 +80,18 @@ def test_forgetting_a_day_gives_what_never_queuing_it_gives(disorder: float) -> 
             never.apply_submission(sub)
     assert [compact.snapshot(_partial(k)) for k in range(3)] == [never.snapshot(_partial(k)) for k in range(3)]
     assert not compact.drop_config_before(cut + 10)  # read once, a window cannot forget
+
+
+def test_observations_sharing_a_time_are_ordered_by_their_ids() -> None:
+    """A hundred observations of one time arriving in descending id order: only the first is the
+    newest; once the window is full each later one is older than every kept one and dropped, as
+    ``lookup.lua`` drops it."""
+    subs = [submission(f"j{i:03d}", 0, event_id=f"sub-{999 - i:03d}", model_type="m0", family="f")
+            for i in range(100)]
+    compact, whole = _states()
+    for sub in subs:
+        compact.apply_submission(sub)
+        whole.apply_submission(sub)
+    snap = compact.snapshot(_partial(0))
+    assert snap == whole.snapshot(_partial(0))
+    assert snap.config_model["params"].n == LOOKUP_WINDOW
