@@ -42,8 +42,8 @@ from streams.events import JobFinish, JobStart, Submission
 Entry = tuple[float, str, float]  # (event time, event id, per-accelerator throughput)
 
 
-def _median(values: list[float]) -> float:
-    s = sorted(values)
+def _median_of_sorted(s: list[float]) -> float:
+    """The median of ascending values, as ``median_sorted`` in window.lua takes it."""
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
@@ -96,8 +96,7 @@ class _Window:
         # The only entry with this id is the new one: it survived unless the oldest were cut up to it.
         kept = at >= dropped
         if kept:
-            v, k = self.values, len(self.values)
-            self._median = v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2
+            self._median = _median_of_sorted(self.values)
         return True, kept
 
     def median(self) -> float:
@@ -111,8 +110,7 @@ class _Window:
         self.values = sorted(e[2] for e in self.entries)
         if self.ids is not None:
             self.ids = {e[1] for e in self.entries}
-        v, k = self.values, len(self.values)
-        self._median = v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2
+        self._median = _median_of_sorted(self.values)
 
 
 @dataclass(slots=True)
