@@ -14,8 +14,9 @@ import pyarrow.compute as pc
 import pytest
 
 from leap.core.hardware import Catalogue, load_catalogue
+from leap.training import row_cache
 from leap.training.dataset import DAY, Examples, History, read_history
-from leap.training.row_cache import META, OPEN_DAYS, STATE, checkpoint_time, examples_as_of, window_history
+from leap.training.row_cache import META, OPEN_DAYS, ROWS, STATE, checkpoint_time, examples_as_of, window_history
 
 WINDOW = 4 * DAY  # the next night's window starts before the checkpoint's open attempts
 
@@ -149,6 +150,28 @@ def test_an_unreadable_checkpoint_builds_cold(history: History, catalogue: Catal
     (tmp_path / STATE).write_bytes(b"not a pickle")
     rows, cache = rows_as_of(history, catalogue, second, tmp_path)
     assert cache["used"] is False and "could not be read" in cache["reason"] and cache["saved"] is True
+    assert_same(rows, rows_as_of(history, catalogue, second, None)[0])
+
+
+def test_rows_that_cannot_be_read_back_build_cold(history: History, catalogue: Catalogue, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept rows are read twice (checked, then read back once the state is let go): if the
+    second read fails, the run builds cold and leaves no checkpoint naming a half-written pair."""
+    first, second = nights(history)
+    rows_as_of(history, catalogue, first, tmp_path)
+    reads = []
+    kept_rows = row_cache._kept_rows
+
+    def read_once(folder: Path, rows_from: float) -> Examples:
+        reads.append(folder)
+        if len(reads) > 1:
+            (folder / ROWS).write_bytes(b"")
+        return kept_rows(folder, rows_from)
+
+    monkeypatch.setattr(row_cache, "_kept_rows", read_once)
+    rows, cache = rows_as_of(history, catalogue, second, tmp_path)
+    assert len(reads) == 2 and cache["used"] is False and "read back" in cache["reason"]
+    assert not (tmp_path / META).exists() and not (tmp_path / STATE).exists()
     assert_same(rows, rows_as_of(history, catalogue, second, None)[0])
 
 

@@ -21,8 +21,9 @@ Whatever would break that falls back to the cold build, with the reason logged:
   feeds them only the window's submissions (:func:`leap.training.train.load_examples`), and
   applied windows cannot drop the older ones again. Queued entries can, and are.
 
-The checkpoint is one pickle (the state's own objects) beside a JSON of what it was made from,
-written under temporary names and renamed. A pickle runs code when loaded, so the folder must be
+The checkpoint is two pickles, the state's own objects and the rows (read back only once the
+state is let go: the two are a night's largest objects), beside a JSON of what it was made from,
+each written under a temporary name and renamed, the JSON last. A pickle runs code when loaded, so the folder must be
 private to the trainer's user (:func:`predictor.compiled.private_dir`: created 0700, refused when
 another user owns it or others can write to it).
 
@@ -59,7 +60,10 @@ log = logging.getLogger("leap.row_cache")
 #: An attempt without a finish this long before a run's ``until`` is not waited for: the
 #: checkpoint does not move back past it (if it is measured later, the next run builds cold).
 OPEN_DAYS = 2.0
-STATE = "checkpoint.pickle"
+STATE = "checkpoint-state.pickle"
+ROWS = "checkpoint-rows.pickle"
+#: How the checkpoint is laid out in files: a checkpoint of another layout is not read.
+LAYOUT = 2
 #: Sets of built rows :func:`built_examples` keeps in its folder, the most recently used.
 EXAMPLES_KEPT = 3
 META = "checkpoint.json"
@@ -143,7 +147,7 @@ def catalogue_digest(catalogue: Catalogue) -> str:
 
 
 def _meta(history: History, catalogue: Catalogue, rows_from: float) -> dict[str, Any]:
-    return {"code": code_digest(), "catalogue": catalogue_digest(catalogue), "rows_from": rows_from,
+    return {"layout": LAYOUT, "code": code_digest(), "catalogue": catalogue_digest(catalogue), "rows_from": rows_from,
             "unique_ids": ids_unique(history.starts, history.finishes)}
 
 
@@ -159,25 +163,30 @@ def examples_as_of(window: History, catalogue: Catalogue, rows_from: float, unti
     folder = private_dir(folder)
     meta = _meta(window, catalogue, rows_from)
     found, reason = _resume(folder, window, catalogue, meta, rows_from, until)
-    resumed = found is not None
-    state, done, since = found if found is not None else (new_state(window, catalogue), None, None)
-    del found  # each part is let go as soon as it is done with: the peak is the night's memory
+    state, since = found if found is not None else (new_state(window, catalogue), None)
+    del found
     checkpoint = max(checkpoint_time(window, until), since or -np.inf)
-    # Up to the new checkpoint, saved; then on to until.
+    # Up to the new checkpoint, its state saved; then on to until.
     head = build_examples(window, catalogue, rows_from=rows_from, until=checkpoint, state=state, since=since)
-    if done is not None:
-        head, done = Examples.concat([done, head]), None
-    saved = True
-    try:
-        _save(folder, {**meta, "checkpoint": checkpoint, "events": events_digest(window, checkpoint),
-                       "submissions": submission_digests(window, rows_from, checkpoint)}, state, head)
-    except OSError as exc:  # a full disk costs the next night its head start, not this night its model
-        log.warning("the rows' checkpoint was not saved in %s: %s", folder, exc)
-        saved = False
+    _begin_checkpoint(folder)
+    saved = _saved(folder / STATE, _pickled(state))
     tail = build_examples(window, catalogue, rows_from=rows_from, until=until, state=state, since=checkpoint)
-    del state
+    del state  # the larger part: the rows kept are read back only now, so the two are never held at once
+    if since is not None:
+        try:
+            head = Examples.concat([_kept_rows(folder, rows_from), head])
+        except (OSError, EOFError, pickle.UnpicklingError) as exc:
+            log.warning("the checkpoint's rows could not be read back (%s): building cold", exc)
+            (folder / STATE).unlink(missing_ok=True)
+            return build_examples(window, catalogue, rows_from=rows_from, until=until), \
+                {"used": False, "reason": f"built cold: the checkpoint's rows could not be read back ({exc})",
+                 "saved": False}
+    meta.update(checkpoint=checkpoint, events=events_digest(window, checkpoint),
+                submissions=submission_digests(window, rows_from, checkpoint))
+    saved = saved and _saved(folder / ROWS, _pickled(head)) and \
+        _saved(folder / META, lambda f: f.write(json.dumps(meta).encode()))
     log.info("training rows: %s", reason)
-    return Examples.concat([head, tail]), {"used": resumed, "reason": reason,
+    return Examples.concat([head, tail]), {"used": since is not None, "reason": reason,
                                            "resumed_from": since, "checkpoint": checkpoint, "saved": saved}
 
 
@@ -189,13 +198,14 @@ def window_history(history: History, rows_from: float) -> History:
 
 
 def _resume(folder: Path, history: History, catalogue: Catalogue, meta: dict[str, Any], rows_from: float,
-            until: float) -> tuple[tuple[OfflineFeatureState, Examples, float] | None, str]:
-    """The checkpoint's state, its rows still in the window and its time; or None and why not."""
+            until: float) -> tuple[tuple[OfflineFeatureState, float] | None, str]:
+    """The checkpoint's state and its time; or None and why not. Its rows are checked here and
+    let go (:func:`_kept_rows` reads them back once the state is done with)."""
     try:
         saved = json.loads((folder / META).read_text())
     except (OSError, ValueError):
         return None, "built cold: no checkpoint"
-    for key in ("code", "catalogue", "unique_ids"):
+    for key in ("layout", "code", "catalogue", "unique_ids"):
         if saved.get(key) != meta[key]:
             return None, f"built cold: the checkpoint's {key} differs"
     since = float(saved["checkpoint"])
@@ -207,17 +217,26 @@ def _resume(folder: Path, history: History, catalogue: Catalogue, meta: dict[str
             any(int(day) * DAY >= rows_from and day not in days for day in saved["submissions"]):
         return None, "built cold: the archive's events before the checkpoint changed"
     try:
+        done = _kept_rows(folder, rows_from)
+        if not _same_labels(done, history, rows_from, since):
+            return None, "built cold: a submission before the checkpoint was measured since"
+        kept = len(done)
+        del done
         with open(folder / STATE, "rb") as f:
-            state, done = pickle.load(f)
+            state: OfflineFeatureState = pickle.load(f)
     except (OSError, EOFError, pickle.UnpicklingError) as exc:
         return None, f"built cold: the checkpoint could not be read ({exc})"
     state.resolve_with(catalogue.canonical)
-    done = done.select(done.submit_time >= rows_from)
-    if not _same_labels(done, history, rows_from, since):
-        return None, "built cold: a submission before the checkpoint was measured since"
     if rows_from > saved["rows_from"] and not state.drop_config_before(rows_from):
         return None, "built cold: partial submissions read the configuration aggregates"
-    return (state, done, since), f"resumed at the checkpoint, {len(done)} rows kept"
+    return (state, since), f"resumed at the checkpoint, {kept} rows kept"
+
+
+def _kept_rows(folder: Path, rows_from: float) -> Examples:
+    """The checkpoint's rows for the submissions from ``rows_from`` on."""
+    with open(folder / ROWS, "rb") as f:
+        done: Examples = pickle.load(f)
+    return done.select(done.submit_time >= rows_from)
 
 
 def _same_labels(done: Examples, history: History, rows_from: float, since: float) -> bool:
@@ -241,13 +260,27 @@ def _same_labels(done: Examples, history: History, rows_from: float, since: floa
                                     strict=True))
 
 
-def _save(folder: Path, meta: dict[str, Any], state: OfflineFeatureState, done: Examples) -> None:
-    """The checkpoint, replacing the previous one (state first: a JSON names only a complete pickle)."""
+def _begin_checkpoint(folder: Path) -> None:
+    """Unname the checkpoint before its files are replaced: the JSON, written last, names only
+    complete ones. A temporary file a crashed run left, or a file of an older layout, goes too."""
     (folder / META).unlink(missing_ok=True)
-    for stale in folder.glob(".checkpoint.*"):  # a temporary file a crashed run left
+    for stale in [*folder.glob(".checkpoint*"), folder / "checkpoint.pickle"]:
         stale.unlink(missing_ok=True)
-    _write(folder / STATE, lambda f: pickle.dump((state, done), f, protocol=pickle.HIGHEST_PROTOCOL))
-    _write(folder / META, lambda f: f.write(json.dumps(meta).encode()))
+
+
+def _pickled(obj: Any) -> Callable[[BinaryIO], None]:
+    return lambda f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _saved(path: Path, write: Callable[[BinaryIO], Any]) -> bool:
+    """:func:`_write`; False when it failed (a full disk costs the next night its head start, not
+    this night its model)."""
+    try:
+        _write(path, write)
+    except OSError as exc:
+        log.warning("the rows' checkpoint was not saved in %s: %s", path.parent, exc)
+        return False
+    return True
 
 
 def _write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
@@ -283,7 +316,7 @@ def built_examples(history: History, catalogue: Catalogue, progress: Any, folder
             examples: Examples = pickle.load(f)
         return examples
     examples = build_examples_with_progress(history, catalogue, progress, **options)
-    _write(path, lambda f: pickle.dump(examples, f, protocol=pickle.HIGHEST_PROTOCOL))
+    _write(path, _pickled(examples))
     for stale in sorted(folder.glob("examples-*.pickle"), key=lambda p: p.stat().st_mtime)[:-EXAMPLES_KEPT]:
         stale.unlink(missing_ok=True)
     return examples
