@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from features.completion import config_observations, partial
+from features.job_columns import Entry, JobColumns, JobData
 from features.keys import JOB_WINDOW, LOOKUP_WINDOW, PAIR_WINDOW
 from features.layout import STARTS, packable_id
 from features.pairs import (
@@ -38,8 +39,6 @@ from features.pairs import (
 from features.snapshot import FeatureSnapshot, LookupStat, PriorStat
 from features.store import per_accelerator
 from streams.events import JobFinish, JobStart, Submission
-
-Entry = tuple[float, str, float]  # (event time, event id, per-accelerator throughput)
 
 
 def _median_of_sorted(s: list[float]) -> float:
@@ -107,6 +106,17 @@ class _Window:
         the newest (at most the limit): every one enters, and the window keeps the newest."""
         self.entries = (self.entries + list(entries))[-self.limit:]
         self.n += count
+        self._derive()
+
+    @classmethod
+    def of(cls, limit: int, entries: list[Entry], n: int) -> _Window:
+        """The window holding ``entries`` (in window order) after ``n`` applied."""
+        window = cls(limit, entries, n)
+        window._derive()
+        return window
+
+    def _derive(self) -> None:
+        """The sorted values, ids and median, from the entries."""
         self.values = sorted(e[2] for e in self.entries)
         if self.ids is not None:
             self.ids = {e[1] for e in self.entries}
@@ -197,6 +207,17 @@ class _Job:
     windows: dict[str, _Window] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # by counter name
 
+    def data(self) -> JobData:
+        return dict(self.counters), tuple(self.seen) if self.seen is not None else None, \
+            [(hw, w.n, w.entries) for hw, w in self.windows.items()]
+
+    @classmethod
+    def of(cls, data: JobData) -> _Job:
+        counters, seen, windows = data
+        return cls(set(seen) if seen is not None else None,
+                   {hw: _Window.of(JOB_WINDOW, entries, n) for hw, n, entries in windows},
+                   defaultdict(int, counters))
+
 
 class OfflineFeatureState:
     """Feature state held in memory; :meth:`snapshot` equals what the online store would read."""
@@ -214,7 +235,8 @@ class OfflineFeatureState:
         self._hw = canonicalize or _same_name
         self._unique_ids = unique_ids
         self._unseen = unseen_types
-        self.jobs: dict[str, _Job] = defaultdict(_Job)
+        self.jobs: dict[str, _Job] = {}  # the jobs held as objects; the rest, if any, as columns:
+        self._job_columns: JobColumns | None = None  # (a resumed checkpoint's, until an event touches one)
         self.models: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.families: dict[str, dict[str, _Window]] = defaultdict(dict)
         self.pairs: dict[tuple[str, str | None], dict[str, _PairWindow]] = defaultdict(dict)
@@ -231,8 +253,11 @@ class OfflineFeatureState:
 
     def __getstate__(self) -> dict[str, object]:
         """Pickled without its name resolution (a catalogue's method holds a lock): the loader
-        gives it back with :meth:`resolve_with`."""
-        return {k: v for k, v in self.__dict__.items() if k != "_hw"}
+        gives it back with :meth:`resolve_with`; its jobs as columns (:mod:`features.job_columns`)."""
+        state = {k: v for k, v in self.__dict__.items() if k != "_hw"}
+        state["jobs"] = {}
+        state["_job_columns"] = JobColumns.of(((k, job.data()) for k, job in self.jobs.items()), self._job_columns)
+        return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
@@ -254,9 +279,23 @@ class OfflineFeatureState:
                 queue.drop_before(time)
         return True
 
+    def _job(self, key: str) -> _Job:
+        """Job ``key``'s state, made when it has none."""
+        job = self._known_job(key)
+        if job is None:
+            job = self.jobs[key] = _Job()
+        return job
+
+    def _known_job(self, key: str) -> _Job | None:
+        """Job ``key``'s state, turned into objects if it was held as columns; None when it has none."""
+        job = self.jobs.get(key)
+        if job is None and self._job_columns is not None and (data := self._job_columns.take(key)) is not None:
+            job = self.jobs[key] = _Job.of(data)
+        return job
+
     def apply_finish(self, ev: JobFinish) -> bool:
         """Apply a finish as ``job_finish.lua`` and ``lookup.lua`` do; False for a duplicate."""
-        job = self.jobs[ev.job_key]
+        job = self._job(ev.job_key)
         eid = packable_id(ev.event_id)
         if not self._first_time(job, eid):
             return False
@@ -339,7 +378,7 @@ class OfflineFeatureState:
 
     def apply_start(self, ev: JobStart) -> bool:
         """Count a start as ``job_start.lua`` does; False for a duplicate."""
-        job = self.jobs[ev.job_key]
+        job = self._job(ev.job_key)
         if not self._first_time(job, packable_id(ev.event_id)):
             return False
         job.counters[STARTS] += 1
@@ -390,7 +429,7 @@ class OfflineFeatureState:
             cross-job aggregates (lookup medians, paired ratios) of this one: an evaluation that
             must not let a held-out job see other held-out jobs replays each into its own state.
         """
-        job = (job_source or self).jobs.get(sub.job_key)
+        job = (job_source or self)._known_job(sub.job_key)
         prior = _priors(job) if job is not None else {}
         want = wanted_pairs(prior, [self._hw(c) for c in (sub.candidates if candidates is None else candidates)])
         levels = pair_levels(sub.model_type, sub.family) if want else []
