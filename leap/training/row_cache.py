@@ -51,7 +51,15 @@ import pyarrow.compute as pc
 
 from features.offline import OfflineFeatureState
 from leap.core.hardware import Catalogue
-from leap.training.dataset import DAY, Examples, History, build_examples, build_examples_with_progress, new_state
+from leap.training.dataset import (
+    DAY,
+    Examples,
+    History,
+    build_examples,
+    build_examples_with_progress,
+    new_state,
+    paused_gc,
+)
 from leap.training.events import ids_unique, measured_finish
 from predictor.compiled import private_dir
 
@@ -151,6 +159,7 @@ def _meta(history: History, catalogue: Catalogue, rows_from: float) -> dict[str,
             "unique_ids": ids_unique(history.starts, history.finishes)}
 
 
+@paused_gc()  # the checkpoint's loads and saves make and walk millions of objects too
 def examples_as_of(window: History, catalogue: Catalogue, rows_from: float, until: float,
                    folder: Path | None) -> tuple[Examples, dict[str, Any]]:
     """The rows a training run builds (the events before ``until``; rows for the measured
