@@ -151,6 +151,7 @@ def test_train(tmp_path: Path) -> None:
     # the next night resumed from the checkpoint of a run a day earlier: the cold run's rows, less replayed
     assert med["resumed"] == 0 and med["nightly_resumed"] == 1
     assert med["nightly_train_rows"] == med["train_rows"] and med["checkpoint_run_seconds"] > 0
+    assert med["checkpoint_run_peak_rss_gb"] > 0
     assert med["nightly_holdout_acc10"] == med["holdout_acc10"]  # the same rows, the same fit
     assert 1 <= med["main_trees"] <= 3  # --trees is the most the main model grows
 

@@ -8,7 +8,7 @@ the child's wall time, start-up included; the training report's own split (rows,
 
 ``nightly_*``: the same figures of the run a nightly trainer makes the day after a run as of the
 archive's last day, resumed from the rows' checkpoint that run left (``--row-cache``); what the
-checkpointing run itself took is ``checkpoint_run_seconds``.
+checkpointing run itself took is ``checkpoint_run_seconds`` and ``checkpoint_run_peak_rss_gb``.
 
 The history is what ``leap fleet history`` writes; ``--history`` reuses a folder written before
 (a 60-day history of 20,000 attempts a day takes minutes to simulate), otherwise one is simulated
@@ -89,7 +89,8 @@ def nightly_once(history: Path, window_days: int, scratch: Path, trees: int | No
         raise ValueError(f"{history}: no day folders under submissions/")
     first = train_once(history, window_days, scratch, trees, as_of=day_text(last), row_cache=cache)
     night = train_once(history, window_days, scratch, trees, row_cache=cache)
-    return {"checkpoint_run_seconds": first["seconds"], **{f"nightly_{k}": v for k, v in night.items()}}
+    return {"checkpoint_run_seconds": first["seconds"], "checkpoint_run_peak_rss_gb": first["peak_rss_gb"],
+            **{f"nightly_{k}": v for k, v in night.items()}}
 
 
 def bench_train(days: int, per_day: int, window_days: int, repeat: int, seed: int, history: Path | None,
