@@ -52,30 +52,26 @@ class JobColumns:
     value: np.ndarray
     ids: bytes  # the entries' ids, UTF-8, one after the other
     id_offsets: np.ndarray  # (entries + 1) offsets into ids
-    _index: dict[str, int] | None = field(default=None, repr=False)
-    _taken: np.ndarray | None = field(default=None, repr=False)
+    _index: dict[str, int] | None = field(default=None, repr=False)  # the jobs not taken; made on first take
 
     def __getstate__(self) -> dict[str, object]:
         """The jobs not taken (a taken job's state is its object's now)."""
-        return {k: v for k, v in self._kept().__dict__.items() if k not in ("_index", "_taken")}
+        return {k: v for k, v in self._kept().__dict__.items() if k != "_index"}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state, _index=None, _taken=None)
+        self.__dict__.update(state, _index=None)
 
     def __len__(self) -> int:
         """How many jobs have not been taken."""
-        return len(self.keys) - (int(self._taken.sum()) if self._taken is not None else 0)
+        return len(self._index) if self._index is not None else len(self.keys)
 
     def take(self, key: str) -> JobData | None:
         """Job ``key`` as plain data, no longer held here; None when it is not (or no longer) here."""
         if self._index is None:
             self._index = {k: i for i, k in enumerate(self.keys)}
-            self._taken = np.zeros(len(self.keys), dtype=bool)
         i = self._index.pop(key, None)
         if i is None:
             return None
-        assert self._taken is not None
-        self._taken[i] = True
         counters = {name: int(c) for name, c in zip(self.counter_names, self.counts[i].tolist(), strict=True) if c}
         windows = []
         for w in range(int(self.job_windows[i]), int(self.job_windows[i + 1])):
@@ -132,9 +128,10 @@ class JobColumns:
 
     def _kept(self) -> JobColumns:
         """The jobs not taken, as columns of their own."""
-        if self._taken is None or not self._taken.any():
+        if self._index is None or len(self._index) == len(self.keys):
             return self
-        keep = ~self._taken
+        keep = np.zeros(len(self.keys), dtype=bool)
+        keep[np.fromiter(self._index.values(), dtype=np.int64, count=len(self._index))] = True
         kept = keep.tolist()
         windows = _gather(self.job_windows, keep)
         entries = _gather(self.window_entries, windows)

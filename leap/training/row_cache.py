@@ -21,11 +21,12 @@ Whatever would break that falls back to the cold build, with the reason logged:
   feeds them only the window's submissions (:func:`leap.training.train.load_examples`), and
   applied windows cannot drop the older ones again. Queued entries can, and are.
 
-The checkpoint is two pickles, the state's own objects and the rows (read back only once the
-state is let go: the two are a night's largest objects), beside a JSON of what it was made from,
-each written under a temporary name and renamed, the JSON last. A pickle runs code when loaded, so the folder must be
-private to the trainer's user (:func:`predictor.compiled.private_dir`: created 0700, refused when
-another user owns it or others can write to it).
+The checkpoint is two pickles, the state (its jobs as columns: :mod:`features.job_columns`) and
+the rows, read back only once the state is let go (the two are a night's largest objects), beside
+a JSON of what it was made from; each is written under a temporary name and renamed, the JSON
+last. A pickle runs code when loaded, so the folder must be private to the trainer's user
+(:func:`predictor.compiled.private_dir`: created 0700, refused when another user owns it or
+others can write to it).
 
 A backtest or a drivers report run again on the same history builds the same rows: with a
 folder, :func:`built_examples` keeps them, keyed by the events, the row code, the catalogue and
