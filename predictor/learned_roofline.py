@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy import sparse
 
 from features.roofline import TERMS, step_terms
 from features.rows import Rows
@@ -63,34 +64,32 @@ def _pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 #: What a gradient step reads of the rows' cells (:func:`cell_layout`).
-Grouped = tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray]
+Grouped = tuple[tuple[np.ndarray, ...], sparse.csr_matrix, sparse.csr_matrix, np.ndarray]
 
 
-def cell_layout(codes: np.ndarray) -> tuple[Grouped, np.ndarray]:
-    """The cells of rows coded ``codes`` (one column per code: model type first), laid out for the
-    gradient steps, and the order that puts the rows in cell order.
+def cell_layout(codes: np.ndarray, x: np.ndarray) -> Grouped:
+    """The cells of rows coded ``codes`` (one column per code: model type first) and the rows'
+    scaled terms ``x`` (a row per row, a column per term), laid out for the gradient steps.
 
     Rows share their weights with every row of the same (model type, part, family, vendor): each
-    step takes the exponentials once per such cell, not once per row. The rows are put in cell
-    order, so that a cell's weights are repeated over its rows and its rows' sums accumulate in one
-    place. The sums of every term are taken in one bincount over bins laid out here (values
-    term-major, as ``ravel`` gives them): the (term, cell) of each (term, row), and the (model
-    type, term) of each (term, cell); each bin sums the same values in the same order as a bincount
-    per term would, so the sums are the same to the bit.
+    step takes the exponentials once per such cell, not once per row. The terms are held as a
+    sparse design whose row ``r`` has ``x[r, k]`` in column ``k * cells + cell(r)``: one product
+    with the (term, cell) weights gives every row's step time, and one product of its transpose
+    with a per-row factor every (term, cell)'s sum over its rows (half the time of repeating the
+    weights over the rows and summing them back per cell).
 
     Returns
     -------
     tuple
-        ``((the cells' codes, one array per code), each (term, row)'s bin, the rows per cell, each
-        (term, cell)'s bin)`` and the rows' order.
+        ``((the cells' codes, one array per code), the design, its transpose, each (term, cell)'s
+        (model type, term) bin)``.
     """
     cells, row_cell = np.unique(codes, axis=0, return_inverse=True)
-    order = np.argsort(row_cell.ravel(), kind="stable")
-    rows_per_cell = np.bincount(row_cell.ravel(), minlength=len(cells))
-    terms = np.arange(len(TERMS))[:, None]
-    term_cell = (terms * len(cells) + row_cell.ravel()[order]).ravel()
-    type_term = (cells[:, 0] * len(TERMS) + terms).ravel()
-    return (tuple(cells.T), term_cell, rows_per_cell, type_term), order
+    n, k = x.shape
+    columns = (np.arange(k) * len(cells) + row_cell.reshape(-1, 1)).ravel()
+    design = sparse.csr_matrix((x.ravel(), columns, np.arange(0, n * k + 1, k)), shape=(n, k * len(cells)))
+    type_term = (cells[:, 0] * k + np.arange(k)[:, None]).ravel()
+    return tuple(cells.T), design, design.T.tocsr(), type_term
 
 
 class LearnedRoofline:
@@ -201,10 +200,9 @@ class LearnedRoofline:
         first = [np.zeros_like(p) for p in params]
         second = [np.zeros_like(p) for p in params]
         total = np.full(len(target), np.nan)
-        grouped, order = cell_layout(np.stack(codes, axis=1))
-        by_term, target = np.ascontiguousarray(x[order].T), target[order]
+        grouped = cell_layout(np.stack(codes, axis=1), x)
         for it in range(1, self.steps + 1):
-            grads, total = self._gradients(params, grouped, by_term, target)
+            grads, total = self._gradients(params, grouped, target)
             for p, g, m1, m2 in zip(params, grads, first, second, strict=True):
                 g += self.l2 * (p - p.mean(axis=0)) / max(len(p), 1)
                 m1 *= 0.9
@@ -212,30 +210,24 @@ class LearnedRoofline:
                 m2 *= 0.999
                 m2 += 0.001 * g * g
                 p -= self.learning_rate * (m1 / (1 - 0.9**it)) / (np.sqrt(m2 / (1 - 0.999**it)) + 1e-8)
-        out = np.empty_like(total)
-        out[order] = total
-        return out
+        return total
 
-    def _gradients(self, params: list[np.ndarray], grouped: Grouped, x_by_term: np.ndarray,
-                   target: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    def _gradients(self, params: list[np.ndarray], grouped: Grouped, target: np.ndarray
+                   ) -> tuple[list[np.ndarray], np.ndarray]:
         """Gradient of the clipped squared log error for each parameter, and the step times.
 
-        ``grouped``: the rows' cells as :func:`cell_layout` lays them out (rows in cell order);
-        ``x_by_term``: the scaled terms, one row per term. A
-        row's gradient with respect to its cell's log weight of a term is the weight times the
-        row's term times a factor of the row alone, so the rows are summed per cell first and every
+        ``grouped``: the rows' cells and terms as :func:`cell_layout` lays them out. A row's
+        gradient with respect to its cell's log weight of a term is the weight times the row's term
+        times a factor of the row alone, so the rows are summed per cell first and every
         parameter's gradient is then a sum over cells: a few thousand instead of every row.
         """
         theta, phi_c, phi_m, phi_f = params
-        (cm, chf, ch, cv), term_cell, rows_per_cell, type_term = grouped
+        (cm, chf, ch, cv), design, design_t, type_term = grouped
         weight = np.exp(self._log_weights(theta[cm], phi_c[chf], phi_m[ch], phi_f[cv])).T  # term x cell
-        contrib = np.repeat(weight, rows_per_cell, axis=1)
-        contrib *= x_by_term
-        total = contrib.sum(axis=0)
+        total = design @ weight.ravel()
         error = np.clip(np.log(total) - target, -0.5, 0.5)
         factor = 2.0 * error / len(target) / total  # d loss / d log weight, over the weight x the term
-        contrib = np.multiply(x_by_term, factor, out=contrib)
-        per_cell = weight * np.bincount(term_cell, contrib.ravel(), minlength=weight.size).reshape(weight.shape)
+        per_cell = weight * (design_t @ factor).reshape(weight.shape)
         grads = [
             np.bincount(type_term, per_cell.ravel(), minlength=theta.size).reshape(theta.shape),
             np.bincount(chf, per_cell[_COMPUTE], minlength=len(phi_c)),
