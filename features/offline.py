@@ -27,6 +27,7 @@ from features.keys import JOB_WINDOW, LOOKUP_WINDOW, PAIR_WINDOW
 from features.layout import STARTS, packable_id
 from features.pairs import (
     Observation,
+    Observations,
     finish_coordinates,
     observations,
     pair_levels,
@@ -132,7 +133,7 @@ class _PairWindow:
     keys: list[tuple[float, str]] = field(default_factory=list)
     values: list[Observation] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
-    _observed: list[Observation] | None = None  # cached: read far more often than written
+    _observed: Observations | None = None  # cached with its columns: read far more often than written
 
     def insert(self, time: float, eid: str, value: Observation) -> None:
         if eid in self.ids:
@@ -147,10 +148,17 @@ class _PairWindow:
             self.ids.discard(self.keys.pop(0)[1])
             del self.values[0]
 
-    def observed(self) -> list[Observation]:
+    def __getstate__(self) -> tuple[list[tuple[float, str]], list[Observation], set[str]]:
+        return self.keys, self.values, self.ids  # not the read view: rebuilt by the first read
+
+    def __setstate__(self, state: tuple[list[tuple[float, str]], list[Observation], set[str]]) -> None:
+        self.keys, self.values, self.ids = state
+        self._observed = None
+
+    def observed(self) -> Observations:
         """The observations in window order (one list, shared by readers until the next insert)."""
         if self._observed is None:
-            self._observed = self.values.copy()
+            self._observed = Observations(self.values)
         return self._observed
 
 

@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from features.layout import (
     COMPUTED_NUMBER,
     OBSERVATION_SEP,
@@ -148,24 +150,47 @@ def unpack_value(value: str) -> tuple[float, Coordinates]:
 Observation = tuple[float, Coordinates]  # stored log ratio and the configuration it was measured at
 
 
-def _distances2(observed: Sequence[Observation], at: Coordinates) -> list[float]:
-    """Squared kernel distance of each observation's configuration from ``at``.
+class Observations(list[Observation]):
+    """A pair window's observations, whose columns (log ratio, batch, accelerators, bits) are taken
+    once however often the window is summarised: the offline replay reads one window, unchanged
+    between two finishes on both parts, for many submissions. Not changed once read."""
+
+    __slots__ = ("_columns",)
+
+    def columns(self) -> np.ndarray:
+        """Four rows (log ratio, batch, accelerators, bits), a column per observation."""
+        found: np.ndarray | None = getattr(self, "_columns", None)
+        if found is None:
+            found = self._columns = _as_columns(self)
+        return found
+
+
+def _columns(observed: Sequence[Observation]) -> np.ndarray:
+    return observed.columns() if isinstance(observed, Observations) else _as_columns(observed)
+
+
+def _as_columns(observed: Sequence[Observation]) -> np.ndarray:
+    ratios, coordinates = zip(*observed, strict=True)  # transposed by zip: half the time of a row each
+    return np.array((ratios, *zip(*coordinates, strict=True)), dtype=np.float64)
+
+
+def _distances2(batch: np.ndarray, accelerators: np.ndarray, bits: np.ndarray,
+                at: Coordinates | np.ndarray) -> np.ndarray:
+    """Squared kernel distance of each observation's configuration (three columns) from ``at``
+    (one configuration, or three columns: one per observation).
 
     Per observation: ``((x - y) / bandwidth) ** 2`` for the batch and the accelerators
     (:data:`UNKNOWN_COORDINATE` when either is unknown), plus :data:`UNKNOWN_COORDINATE` for an
-    unknown precision or :data:`PRECISION_MISMATCH` for another one, summed in that order. One
-    comprehension, no call per observation: this is the innermost loop of building training rows
-    (a window holds up to 32 observations, and most are full). ``v != v`` tests for NaN.
+    unknown precision or :data:`PRECISION_MISMATCH` for another one, summed in that order.
     """
-    batch, accelerators, bits = at
-    batch_unknown, accelerators_unknown, bits_unknown = batch != batch, accelerators != accelerators, bits != bits
-    return [
-        (UNKNOWN_COORDINATE if batch_unknown or (b := c[0]) != b else ((b - batch) / BATCH_BANDWIDTH) ** 2)
-        + (UNKNOWN_COORDINATE if accelerators_unknown or (a := c[1]) != a
-           else ((a - accelerators) / ACCELERATOR_BANDWIDTH) ** 2)
-        + (UNKNOWN_COORDINATE if bits_unknown or (p := c[2]) != p else PRECISION_MISMATCH if p != bits else 0.0)
-        for _, c in observed
-    ]
+    at_batch, at_accelerators, at_bits = at
+    d2 = np.where(np.isnan(batch) | (at_batch != at_batch), UNKNOWN_COORDINATE,
+                  np.square((batch - at_batch) / BATCH_BANDWIDTH))
+    d2 += np.where(np.isnan(accelerators) | (at_accelerators != at_accelerators), UNKNOWN_COORDINATE,
+                   np.square((accelerators - at_accelerators) / ACCELERATOR_BANDWIDTH))
+    d2 += np.where(np.isnan(bits) | (at_bits != at_bits), UNKNOWN_COORDINATE,
+                   np.where(bits != at_bits, PRECISION_MISMATCH, 0.0))
+    return d2
 
 
 def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sharpness: float = 1.0,
@@ -195,25 +220,44 @@ def summarise(observed: Sequence[Observation], sign: float, at: Coordinates, sha
     """
     if not observed:
         return None
-    exp = math.exp
-    d2 = _distances2(observed, at)
-    weights = [exp(-0.5 * d) for d in d2]
-    total = mean_weight = sum(weights)
-    if total <= 0.0:
-        return None
-    if sharpness != 1.0:
-        # Measured from the nearest observation: the weights' scale cancels in the mean, and a
-        # far window does not underflow to zero once sharpened.
-        nearest = min(d2)
-        weights = [exp(-0.5 * sharpness * (d - nearest)) for d in d2]
-        mean_weight = sum(weights)
-    ratios = [ratio for ratio, _ in observed]
-    mean = sum([w * r for w, r in zip(weights, ratios, strict=True)]) / mean_weight
-    if median_below > 0.0 and len(observed) > 2:  # a median of two is no more robust than their mean
-        spread2 = sum([w * (r - mean) ** 2 for w, r in zip(weights, ratios, strict=True)]) / mean_weight
-        if spread2 < median_below ** 2:
-            mean = _weighted_median(ratios, weights, mean_weight)
-    return PairStat(len(observed), total, sign * mean)
+    stat = _summaries([(observed, at, sharpness, median_below)])[0]
+    if stat is None or sign > 0:
+        return stat
+    return PairStat(stat.n, stat.weight, -stat.log_ratio)
+
+
+def _summaries(windows: Sequence[tuple[Sequence[Observation], Coordinates, float, float]]) -> list[PairStat | None]:
+    """:func:`summarise` (stored sign) of every ``(window, at, sharpness, median_below)``, in one
+    pass over all their observations: the innermost loop of building training rows (a full
+    snapshot summarises about a hundred windows of up to 32 observations) and of a store read.
+    Each result depends on its own window only, so the offline replay (a submission at a time)
+    and the store (a read batch at a time) get the same numbers."""
+    observed, at, sharpness, median_below = zip(*windows, strict=True)
+    lengths = np.fromiter(map(len, observed), np.int64, len(observed))
+    starts = np.zeros(len(observed), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    ratio, batch, accelerators, bits = np.concatenate([_columns(w) for w in observed], axis=1)
+    d2 = _distances2(batch, accelerators, bits, np.repeat(np.array(at, dtype=np.float64).T, lengths, axis=1))
+    weights = np.exp(-0.5 * d2)
+    total = np.add.reduceat(weights, starts)
+    sharp = np.repeat(np.asarray(sharpness, dtype=np.float64), lengths)
+    # Sharpened weights are measured from the window's nearest observation: the weights' scale
+    # cancels in the mean, and a far window does not underflow to zero once sharpened.
+    nearest = np.repeat(np.minimum.reduceat(d2, starts), lengths)
+    mean_weights = np.where(sharp == 1.0, weights, np.exp(-0.5 * sharp * (d2 - nearest)))
+    with np.errstate(invalid="ignore", divide="ignore"):  # a window of zero weight is left out below
+        mean_weight = np.add.reduceat(mean_weights, starts)
+        mean = np.add.reduceat(mean_weights * ratio, starts) / mean_weight
+        below = np.asarray(median_below, dtype=np.float64)
+        robust = (below > 0.0) & (lengths > 2)  # a median of two is no more robust than their mean
+        if robust.any():
+            deviation = ratio - np.repeat(mean, lengths)
+            spread2 = np.add.reduceat(mean_weights * deviation * deviation, starts) / mean_weight
+            for i in np.flatnonzero(robust & (spread2 < below * below)).tolist():
+                part = slice(starts[i], starts[i] + lengths[i])
+                mean[i] = _weighted_median(ratio[part].tolist(), mean_weights[part].tolist(), mean_weight[i])
+    return [PairStat(n, t, m) if t > 0.0 else None
+            for n, t, m in zip(lengths.tolist(), total.tolist(), mean.tolist(), strict=True)]
 
 
 def _weighted_median(values: Sequence[float], weights: Sequence[float], total: float) -> float:
@@ -286,7 +330,7 @@ def pair_levels(model_type: str, family: str | None) -> list[tuple[str, str | No
 
 
 def summarise_pairs(want: Wanted, windows: Mapping[str, Mapping[str, Sequence[Observation]]],
-                    at: Coordinates, memo: dict[Any, Any] | None = None) -> dict[str, dict[str, dict[str, PairStat]]]:
+                    at: Coordinates) -> dict[str, dict[str, dict[str, PairStat]]]:
     """Per level, candidate and prior hardware, the summary of the pair (candidate, prior).
 
     Parameters
@@ -297,40 +341,50 @@ def summarise_pairs(want: Wanted, windows: Mapping[str, Mapping[str, Sequence[Ob
         Level -> pair field -> the field's parsed observations.
     at
         The submission's coordinates.
-    memo
-        Shared by the calls of one batch whose windows are the same objects: a window summarised
-        from one configuration is not summarised again (the result is the same numbers).
     """
+    return summarise_pairs_of([(want, windows, at)])[0]
+
+
+PairAsk = tuple[Wanted, Mapping[str, Mapping[str, Sequence[Observation]]], Coordinates]
+
+
+def summarise_pairs_of(asks: Sequence[PairAsk]) -> list[dict[str, dict[str, dict[str, PairStat]]]]:
+    """:func:`summarise_pairs` of each ``(want, windows, at)`` (a store's read batch), every window
+    summarised in one pass; a window (the same object) seen from one configuration, once."""
+    memo: dict[tuple[Any, ...], PairStat | None] = {}
+    todo: dict[tuple[Any, ...], tuple[Sequence[Observation], Coordinates, float, float]] = {}
+    asked: list[list[tuple[str, str, str, tuple[Any, ...], float]]] = []
+    for want, windows, at in asks:
+        mine: list[tuple[str, str, str, tuple[Any, ...], float]] = []
+        for level, fields in windows.items():
+            if not fields:
+                continue
+            sharpness, median_below = SHARPNESS.get(level, 1.0), MEDIAN_BELOW_SPREAD.get(level, 0.0)
+            for cand, pairs in want.items():
+                for prior_hw, field, sign in pairs:
+                    observed = fields.get(field)
+                    if not observed:
+                        continue
+                    # the window stays referenced by the caller's windows while memo lives
+                    key = (id(observed), at, sharpness, median_below)
+                    if key not in memo:
+                        todo[key] = (observed, at, sharpness, median_below)
+                    mine.append((level, cand, prior_hw, key, sign))
+        asked.append(mine)
+    if todo:
+        memo.update(zip(todo, _summaries(list(todo.values())), strict=True))
+    return [_by_level(mine, memo) for mine in asked]
+
+
+def _by_level(asked: list[tuple[str, str, str, tuple[Any, ...], float]], memo: dict[Any, Any]
+              ) -> dict[str, dict[str, dict[str, PairStat]]]:
     out: dict[str, dict[str, dict[str, PairStat]]] = {}
-    for level, fields in windows.items():
-        if not fields:
-            continue
-        stats: dict[str, dict[str, PairStat]] = {}
-        for cand, pairs in want.items():
-            for prior_hw, field, sign in pairs:
-                observed = fields.get(field)
-                if not observed:
-                    continue
-                stat = _summarised(observed, sign, at, memo, SHARPNESS.get(level, 1.0),
-                                   MEDIAN_BELOW_SPREAD.get(level, 0.0))
-                if stat is not None:
-                    stats.setdefault(cand, {})[prior_hw] = stat
-        if stats:
-            out[level] = stats
+    for level, cand, prior_hw, key, sign in asked:
+        stat: PairStat | None = memo[key]
+        if stat is not None:
+            out.setdefault(level, {}).setdefault(cand, {})[prior_hw] = \
+                stat if sign > 0 else PairStat(stat.n, stat.weight, -stat.log_ratio)
     return out
-
-
-def _summarised(observed: Sequence[Observation], sign: float, at: Coordinates,
-                memo: dict[Any, Any] | None, sharpness: float = 1.0, median_below: float = 0.0) -> PairStat | None:
-    if memo is None:
-        return summarise(observed, sign, at, sharpness, median_below)
-    key = (id(observed), at, sharpness, median_below)
-    if key not in memo:  # the window stays referenced by the caller's windows while memo lives
-        memo[key] = summarise(observed, 1.0, at, sharpness, median_below)
-    stat: PairStat | None = memo[key]
-    if stat is None or sign > 0:
-        return stat
-    return PairStat(stat.n, stat.weight, -stat.log_ratio)
 
 
 def carried(stats: Mapping[str, Mapping[str, Mapping[str, PairStat]]], prior: Mapping[str, PriorStat],
@@ -361,6 +415,6 @@ def carried(stats: Mapping[str, Mapping[str, Mapping[str, PairStat]]], prior: Ma
     return mean, sum(w for _, w in estimates.values()), spread
 
 
-def parse_window(packed: str | None) -> list[Observation]:
+def parse_window(packed: str | None) -> Observations:
     """A stored pair window's observations, parsed."""
-    return [unpack_value(entry[2]) for entry in unpack_window(packed)]
+    return Observations(unpack_value(entry[2]) for entry in unpack_window(packed))

@@ -26,7 +26,6 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache, lru_cache
 from importlib import resources
-from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -54,7 +53,7 @@ from features.pairs import (
     ranked_priors,
     stored_values,
     submission_coordinates,
-    summarise_pairs,
+    summarise_pairs_of,
     unpack_observations,
     wanted_pairs,
 )
@@ -264,10 +263,10 @@ class FeatureStore:
                     asked[key] = set(fields)
             levels.append(keys)
         windows = self._pair_windows(asked)
-        memo: dict[Any, Any] = {}  # a window seen from one configuration is summarised once per batch
-        return [summarise_pairs(want, {level: windows.get(key, {}) for level, key in keys},
-                                submission_coordinates(sub), memo)
-                if keys else {} for sub, (want, _), keys in zip(submissions, wanted, levels, strict=True)]
+        # one pass over the batch's windows; a window seen from one configuration is summarised once
+        return summarise_pairs_of([(want, {level: windows.get(key, {}) for level, key in keys} if keys else {},
+                                    submission_coordinates(sub))
+                                   for sub, (want, _), keys in zip(submissions, wanted, levels, strict=True)])
 
     def _pair_windows(self, asked: dict[str, set[str]]) -> dict[str, dict[str, list[Observation]]]:
         """The asked pair windows (pair hash -> field -> observations), parsed; absent ones left out.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 
 from features.keys import PAIR_WINDOW
@@ -18,7 +19,9 @@ from features.pairs import (
     SHARPNESS,
     UNKNOWN_COORDINATE,
     Wanted,
+    _columns,
     _distances2,
+    _summaries,
     coordinates,
     most_informative,
     pair_field,
@@ -65,9 +68,11 @@ def _reference_distance2(a: tuple[float, float, float], b: tuple[float, float, f
     return d2
 
 
-def test_the_summary_is_the_specified_kernel_bit_for_bit() -> None:
-    """Random windows with unknown coordinates on either side: the summary equals the kernel
-    computed one observation at a time (rows and served features must not drift by a rounding)."""
+def test_the_summary_is_the_specified_kernel() -> None:
+    """Random windows with unknown coordinates on either side: the distances and the summary equal
+    the kernel computed one observation at a time, to rounding (NumPy's squares, sums and
+    exponentials against libm's; the store and the offline replay both summarise with this code,
+    so rows and served features do not drift apart)."""
     rng = random.Random(7)
 
     def coordinate(kind: int) -> tuple[float, float, float]:
@@ -81,7 +86,8 @@ def test_the_summary_is_the_specified_kernel_bit_for_bit() -> None:
         window = [(rng.gauss(0.3, 0.4), coordinate(i % 3)) for i in range(rng.randint(1, PAIR_WINDOW))]
         for sharpness, median_below in ((1.0, 0.0), (SHARPNESS["model"], 0.0), (1.0, 0.3)):
             d2 = [_reference_distance2(c, at) for _, c in window]
-            assert _distances2(window, at) == d2
+            _, batch, accelerators, bits = _columns(window)
+            assert _distances2(batch, accelerators, bits, at).tolist() == pytest.approx(d2, rel=1e-15)
             weights = [math.exp(-0.5 * d) for d in d2]
             total = mean_weight = sum(weights)
             if sharpness != 1.0:
@@ -89,9 +95,25 @@ def test_the_summary_is_the_specified_kernel_bit_for_bit() -> None:
                 mean_weight = sum(weights)
             mean = sum(w * r for w, (r, _) in zip(weights, window, strict=True)) / mean_weight
             stat = summarise(window, -1.0, at, sharpness, median_below)
-            assert stat is not None and stat.weight == total and stat.n == len(window)
+            assert stat is not None and stat.weight == pytest.approx(total, rel=1e-13) and stat.n == len(window)
             if median_below == 0.0:
-                assert stat.log_ratio == -mean
+                assert stat.log_ratio == pytest.approx(-mean, rel=1e-12, abs=1e-14)
+
+
+def test_a_window_summarises_the_same_alone_and_among_others() -> None:
+    """The store summarises a read batch's windows in one pass, the offline replay a submission's:
+    each window's summary must not depend on the others beside it, to the bit."""
+    rng = np.random.default_rng(3)
+
+    def window(n: int) -> list[tuple[float, tuple[float, float, float]]]:
+        return [(float(rng.normal(0.3, 0.4)), (float(rng.uniform(0, 8)), float(rng.choice([0.0, 1.1, 2.1, np.nan])),
+                                              float(rng.choice([16.0, 32.0])))) for _ in range(n)]
+
+    asks = [(window(int(rng.integers(1, PAIR_WINDOW + 1))), (float(rng.uniform(0, 8)), 1.1, 16.0),
+             float(rng.choice([1.0, SHARPNESS["model"]])), float(rng.choice([0.0, 0.3, 5.0]))) for _ in range(300)]
+    together = _summaries(asks)
+    alone = [_summaries([ask])[0] for ask in asks]
+    assert together == alone and all(stat is not None for stat in alone)
 
 
 def test_the_model_level_follows_the_nearest_configuration_and_reports_the_wide_weight() -> None:
@@ -125,7 +147,7 @@ def test_a_tight_window_across_model_types_reports_its_median_and_a_spread_one_i
         assert stats[level]["H"]["P"].log_ratio == pytest.approx(0.24)  # the weighted median
         assert stats[level]["P"]["H"].log_ratio == -stats[level]["H"]["P"].log_ratio
         assert stats[level]["H"]["P"].weight == stats["model"]["H"]["P"].weight
-    wide = summarise_pairs(want, {"all": {"H|P": spread}}, at, memo={})
+    wide = summarise_pairs(want, {"all": {"H|P": spread}}, at)
     assert wide["all"]["H"]["P"].log_ratio == pytest.approx(0.5 / 3)  # the mean, not the median 0.0
 
 
