@@ -351,7 +351,6 @@ PairAsk = tuple[Wanted, Mapping[str, Mapping[str, Sequence[Observation]]], Coord
 def summarise_pairs_of(asks: Sequence[PairAsk]) -> list[dict[str, dict[str, dict[str, PairStat]]]]:
     """:func:`summarise_pairs` of each ``(want, windows, at)`` (a store's read batch), every window
     summarised in one pass; a window (the same object) seen from one configuration, once."""
-    memo: dict[tuple[Any, ...], PairStat | None] = {}
     todo: dict[tuple[Any, ...], tuple[Sequence[Observation], Coordinates, float, float]] = {}
     asked: list[list[tuple[str, str, str, tuple[Any, ...], float]]] = []
     for want, windows, at in asks:
@@ -365,22 +364,20 @@ def summarise_pairs_of(asks: Sequence[PairAsk]) -> list[dict[str, dict[str, dict
                     observed = fields.get(field)
                     if not observed:
                         continue
-                    # the window stays referenced by the caller's windows while memo lives
+                    # an id is a safe key: the caller's windows outlive this call
                     key = (id(observed), at, sharpness, median_below)
-                    if key not in memo:
-                        todo[key] = (observed, at, sharpness, median_below)
+                    todo.setdefault(key, (observed, at, sharpness, median_below))
                     mine.append((level, cand, prior_hw, key, sign))
         asked.append(mine)
-    if todo:
-        memo.update(zip(todo, _summaries(list(todo.values())), strict=True))
-    return [_by_level(mine, memo) for mine in asked]
+    found = dict(zip(todo, _summaries(list(todo.values())), strict=True)) if todo else {}
+    return [_by_level(mine, found) for mine in asked]
 
 
-def _by_level(asked: list[tuple[str, str, str, tuple[Any, ...], float]], memo: dict[Any, Any]
+def _by_level(asked: list[tuple[str, str, str, tuple[Any, ...], float]], found: dict[Any, PairStat | None]
               ) -> dict[str, dict[str, dict[str, PairStat]]]:
     out: dict[str, dict[str, dict[str, PairStat]]] = {}
     for level, cand, prior_hw, key, sign in asked:
-        stat: PairStat | None = memo[key]
+        stat = found[key]
         if stat is not None:
             out.setdefault(level, {}).setdefault(cand, {})[prior_hw] = \
                 stat if sign > 0 else PairStat(stat.n, stat.weight, -stat.log_ratio)
