@@ -76,7 +76,8 @@ def cell_layout(codes: np.ndarray, x: np.ndarray) -> Grouped:
     sparse design whose row ``r`` has ``x[r, k]`` in column ``k * cells + cell(r)``: one product
     with the (term, cell) weights gives every row's step time, and one product of its transpose
     with a per-row factor every (term, cell)'s sum over its rows (half the time of repeating the
-    weights over the rows and summing them back per cell).
+    weights over the rows and summing them back per cell). Both add in the rows' order, as that
+    did, so the fit is the same to the bit.
 
     Returns
     -------
