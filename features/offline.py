@@ -15,6 +15,7 @@ and ``window_insert`` in ``features/lua/window.lua`` order it.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from array import array
 from collections import defaultdict, deque
@@ -28,12 +29,13 @@ from features.layout import STARTS, packable_id
 from features.pairs import (
     Observation,
     Observations,
+    PairAsk,
     finish_coordinates,
     observations,
     pair_levels,
     stored_values,
     submission_coordinates,
-    summarise_pairs,
+    summarise_pairs_of,
     unpack_value,
     wanted_pairs,
 )
@@ -437,6 +439,13 @@ class OfflineFeatureState:
             cross-job aggregates (lookup medians, paired ratios) of this one: an evaluation that
             must not let a held-out job see other held-out jobs replays each into its own state.
         """
+        return with_pairs(*self.unpaired_snapshot(sub, candidates, job_source))
+
+    def unpaired_snapshot(self, sub: Submission, candidates: Sequence[str] | None = None,
+                          job_source: OfflineFeatureState | None = None) -> tuple[FeatureSnapshot, PairAsk]:
+        """:meth:`snapshot` without its paired ratios, and what summarises them (:func:`with_pairs`):
+        a replay building many rows summarises a batch of snapshots' windows in one pass. The
+        windows asked are those of now: a window read is never changed (an insert makes a new one)."""
         job = (job_source or self)._known_job(sub.job_key)
         prior = _priors(job) if job is not None else {}
         want = wanted_pairs(prior, [self._hw(c) for c in (sub.candidates if candidates is None else candidates)])
@@ -444,14 +453,15 @@ class OfflineFeatureState:
         fields = {field for pairs in want.values() for _, field, _ in pairs}
         windows = {level: {f: w.observed() for f in fields if (w := self.pairs.get((level, name), {}).get(f))}
                    for level, name in levels}
-        return FeatureSnapshot.of(
+        snap = FeatureSnapshot.of(
             prior,
             self._lookups(0, self.models, sub.model_type),
             self._lookups(1, self.families, sub.family) if sub.family is not None else {},
             job.counters if job is not None else {},
-            summarise_pairs(want, windows, submission_coordinates(sub)),
+            None,
             self._config(sub),
         )
+        return snap, (want, windows, submission_coordinates(sub))
 
     def _config(self, sub: Submission) -> tuple[dict[str, LookupStat], dict[str, LookupStat]]:
         """The configuration aggregates the store reads for ``sub`` (only for a partial one)."""
@@ -463,6 +473,17 @@ class OfflineFeatureState:
         self._apply_config_queue(3, self.config_families, sub.family)
         return (self._lookups(2, self.config_models, sub.model_type),
                 self._lookups(3, self.config_families, sub.family))
+
+
+def with_pairs(snap: FeatureSnapshot, ask: PairAsk) -> FeatureSnapshot:
+    """``snap`` with the paired ratios ``ask`` summarises (:meth:`OfflineFeatureState.unpaired_snapshot`)."""
+    return all_with_pairs([snap], [ask])[0]
+
+
+def all_with_pairs(snaps: Sequence[FeatureSnapshot], asks: Sequence[PairAsk]) -> list[FeatureSnapshot]:
+    """:func:`with_pairs` of each, every window summarised in one pass."""
+    return [dataclasses.replace(snap, pairs=pairs) if pairs else snap
+            for snap, pairs in zip(snaps, summarise_pairs_of(asks), strict=True)]
 
 
 def _priors(job: _Job) -> dict[str, PriorStat]:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from features.keys import LOOKUP_WINDOW
-from features.offline import OfflineFeatureState
+from features.offline import OfflineFeatureState, all_with_pairs
 from leap.core.hardware import load_catalogue
 from streams.events import Submission
-from tests.factories import T0, submission
+from tests.factories import T0, finish, submission
 
 
 def _submissions(rng: random.Random, n: int, disorder: float) -> list[Submission]:
@@ -95,3 +95,25 @@ def test_observations_sharing_a_time_are_ordered_by_their_ids() -> None:
     snap = compact.snapshot(_partial(0))
     assert snap == whole.snapshot(_partial(0))
     assert snap.config_model["params"].n == LOOKUP_WINDOW
+
+
+def test_paired_ratios_summarised_later_in_a_batch_are_those_of_the_moment_asked() -> None:
+    """A replay defers its snapshots' paired ratios to the row batch: the windows asked at each
+    submission, summarised together after the state has moved on, give what an immediate snapshot
+    gave (a window read is never changed; each summary depends on its own window only)."""
+    rng = random.Random(5)
+    parts = ["L4", "H100-SXM", "MI300X", "A100-80GB"]
+    state = OfflineFeatureState(load_catalogue().canonical)
+    asked, immediate = [], []
+    for i in range(600):
+        job = f"j{rng.randrange(40)}"
+        state.apply_finish(finish(job, f"f{i}", T0 + i, rng.choice(parts), rng.uniform(50, 500),
+                                  num_accelerators=rng.choice([8, 16])))
+        if i % 3 == 0:
+            sub = submission(job, i, event_time=T0 + i + 0.5, candidates=parts,
+                             global_batch_size=rng.choice([256, 1024]))
+            asked.append(state.unpaired_snapshot(sub, candidates=parts[:2]))
+            immediate.append(state.snapshot(sub, candidates=parts[:2]))
+    snaps, asks = zip(*asked, strict=True)
+    assert all_with_pairs(snaps, asks) == immediate
+    assert sum(bool(s.pairs) for s in immediate) > 100  # most had paired ratios to summarise

@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from features.offline import OfflineFeatureState
+from features.offline import OfflineFeatureState, all_with_pairs
+from features.pairs import PairAsk
 from features.rows import Rows, build_batch_rows, build_rows
 from features.snapshot import FeatureSnapshot
 from leap.core.hardware import Catalogue
@@ -271,9 +272,8 @@ def build_examples(
                 continue
             done = outcomes[int(finish_of[row])]
             # Events before this submission only, never its outcome; paired ratios summarised only
-            # for the rows built (the costly part of a snapshot).
-            snap = state.snapshot(sub, candidates=(done.hardware,))
-            n = out.add(sub, done, snap)
+            # for the rows built (the costly part of a snapshot), with the rest of the row batch's.
+            n = out.add(sub, done, *state.unpaired_snapshot(sub, candidates=(done.hardware,)))
             if sample.wants(sub) and sample.take(sub):
                 out.full[n] = (sub, build_rows(sub, state.snapshot(sub), sub.candidates, catalogue))
     return out.examples()
@@ -344,7 +344,7 @@ class ExampleColumns:
     """
 
     catalogue: Catalogue
-    pending: list[tuple[Submission, FeatureSnapshot, tuple[str]]] = field(default_factory=list)
+    pending: list[tuple[Submission, FeatureSnapshot, PairAsk | None, tuple[str]]] = field(default_factory=list)
     parts: list[Rows] = field(default_factory=list)
     y: list[float] = field(default_factory=list)
     submit_time: list[float] = field(default_factory=list)
@@ -355,12 +355,12 @@ class ExampleColumns:
     num_accelerators: list[int] = field(default_factory=list)
     full: dict[int, tuple[Submission, Rows]] = field(default_factory=dict)
 
-    def add(self, sub: Submission, done: Outcome, snap: FeatureSnapshot) -> int:
+    def add(self, sub: Submission, done: Outcome, snap: FeatureSnapshot, pairs: PairAsk | None = None) -> int:
         """Append the example of ``sub``, measured by ``done``, with what the store held for its job
-        (``snap``); returns its index."""
+        (``snap``, its paired ratios still to summarise from ``pairs`` if given); returns its index."""
         assert done.throughput is not None
         n = len(self.y)
-        self.pending.append((sub, snap, (done.hardware,)))
+        self.pending.append((sub, snap, pairs, (done.hardware,)))
         if len(self.pending) >= ROW_BATCH:
             self._flush()
         self.y.append(done.throughput / done.num_accelerators)
@@ -373,7 +373,13 @@ class ExampleColumns:
         return n
 
     def _flush(self) -> None:
-        subs, snaps, candidates = zip(*self.pending, strict=True) if self.pending else ((), (), ())
+        subs, snaps, asks, candidates = zip(*self.pending, strict=True) if self.pending else ((), (), (), ())
+        asked = [i for i, ask in enumerate(asks) if ask is not None]
+        if asked:  # every window of the batch in one pass
+            paired = list(snaps)
+            for i, snap in zip(asked, all_with_pairs([snaps[i] for i in asked], [asks[i] for i in asked]), strict=True):
+                paired[i] = snap
+            snaps = tuple(paired)
         self.parts.append(build_batch_rows(subs, snaps, self.catalogue, candidates))
         self.pending = []
 
