@@ -480,10 +480,12 @@ def with_pairs(snap: FeatureSnapshot, ask: PairAsk) -> FeatureSnapshot:
     return all_with_pairs([snap], [ask])[0]
 
 
-def all_with_pairs(snaps: Sequence[FeatureSnapshot], asks: Sequence[PairAsk]) -> list[FeatureSnapshot]:
-    """:func:`with_pairs` of each, every window summarised in one pass."""
-    return [dataclasses.replace(snap, pairs=pairs) if pairs else snap
-            for snap, pairs in zip(snaps, summarise_pairs_of(asks), strict=True)]
+def all_with_pairs(snaps: Sequence[FeatureSnapshot], asks: Sequence[PairAsk | None]) -> list[FeatureSnapshot]:
+    """:func:`with_pairs` of each (a snapshot without an ask as it is), every window summarised in
+    one pass."""
+    found = iter(summarise_pairs_of([ask for ask in asks if ask is not None]))
+    return [snap if ask is None or not (pairs := next(found)) else dataclasses.replace(snap, pairs=pairs)
+            for snap, ask in zip(snaps, asks, strict=True)]
 
 
 def _priors(job: _Job) -> dict[str, PriorStat]:

@@ -374,12 +374,7 @@ class ExampleColumns:
 
     def _flush(self) -> None:
         subs, snaps, asks, candidates = zip(*self.pending, strict=True) if self.pending else ((), (), (), ())
-        asked = [i for i, ask in enumerate(asks) if ask is not None]
-        if asked:  # every window of the batch in one pass
-            paired = list(snaps)
-            for i, snap in zip(asked, all_with_pairs([snaps[i] for i in asked], [asks[i] for i in asked]), strict=True):
-                paired[i] = snap
-            snaps = tuple(paired)
+        snaps = tuple(all_with_pairs(snaps, asks))  # every window of the batch in one pass
         self.parts.append(build_batch_rows(subs, snaps, self.catalogue, candidates))
         self.pending = []
 
