@@ -17,16 +17,26 @@ from predictor.compiled import TreePredictor
 
 #: From this many training rows on, a random tenth is held out to calibrate; below, all rows out of fold.
 HOLDOUT_FROM = 20_000
-#: Below this many training rows the trees are small and many, learning slowly from few rows per
-#: leaf: the settings the old pairwise model used on the public tables' few hundred rows, chosen
-#: on fold seed 0 against two other sizes.
+#: The served model's size where its knobs are left unset (None): below :data:`SMALL_ROWS`
+#: training rows the trees are small and many, learning slowly from few rows per leaf (the settings
+#: the old pairwise model used on the public tables' few hundred rows, chosen on fold seed 0
+#: against two other sizes); from there on, :data:`LARGE_SIZE`. A knob that is set applies at any
+#: size, so that a search over it moves the model on a small table too.
 SMALL_ROWS = 1000
 SMALL_SIZE: dict[str, float] = {"num_leaves": 15, "n_estimators": 400, "min_child_samples": 5, "learning_rate": 0.05}
+LARGE_SIZE: dict[str, float] = {"num_leaves": 63, "n_estimators": 300, "min_child_samples": 30, "learning_rate": 0.08}
 #: LightGBM's categorical settings (its defaults from :data:`HOLDOUT_FROM` rows on). Its own
 #: defaults (100 rows per category, smoothing 10) never split on a hardware type with a few dozen
 #: rows, which is every type of a public measurement table.
 CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 100, "cat_smooth": 10.0, "cat_l2": 10.0}
 FEW_ROWS_CATEGORY_SETTINGS: dict[str, float] = {"min_data_per_group": 5, "cat_smooth": 1.0, "cat_l2": 1.0}
+
+
+def size_for(training_rows: int, given: Mapping[str, float | None]) -> dict[str, float]:
+    """The served model's size knobs: each one ``given`` (not None), else the default for
+    ``training_rows`` (:data:`SMALL_SIZE` below :data:`SMALL_ROWS`, else :data:`LARGE_SIZE`)."""
+    default = SMALL_SIZE if training_rows < SMALL_ROWS else LARGE_SIZE
+    return {name: value if (value := given.get(name)) is not None else default[name] for name in default}
 
 
 def map_values(values: np.ndarray, table: Mapping[str, Any], default: Any, dtype: Any) -> np.ndarray:

@@ -24,8 +24,8 @@ computed on its own training rows can overshoot), the **gate** and the split-con
 all of it apart for model types the training data lacks. From
 :data:`HOLDOUT_FROM` training rows on, a tenth of the jobs is held out for this; below, every row
 is scored out of fold (by job, and by model type) and the stages are then fitted on all rows,
-with LightGBM's category settings for few rows and, below :data:`SMALL_ROWS`, small slow trees
-(:mod:`predictor.boosting`).
+with LightGBM's category settings for few rows and, unless the size is given, small slow trees
+below :data:`SMALL_ROWS` (:mod:`predictor.boosting`).
 
 With the held-out tenth, **selectors** are fitted on it too (:mod:`predictor.selector`): per
 evidence level with history, which of the row's estimates (the prediction, the carried priors, the
@@ -53,6 +53,7 @@ from predictor.boosting import (
     map_values,
     predict_distinct,
     predict_together,
+    size_for,
     train_and_score,
     train_stopping_early,
 )
@@ -113,7 +114,9 @@ class LightGBMThroughput(ThroughputModel):
     Parameters
     ----------
     num_leaves, n_estimators, learning_rate, min_child_samples
-        LightGBM's own; ``n_estimators`` is the most the main model grows.
+        LightGBM's own; ``n_estimators`` is the most the main model grows. None (default): by the
+        training set's size (:func:`predictor.boosting.size_for`, small slow trees below
+        :data:`predictor.boosting.SMALL_ROWS` rows); a value given applies at any size.
     early_stopping_rounds
         With a held-out tenth, the main model stops when this many trees did not improve it there (0: never).
     target
@@ -153,10 +156,10 @@ class LightGBMThroughput(ThroughputModel):
 
     def __init__(
         self,
-        num_leaves: int = 63,
-        n_estimators: int = 300,
-        learning_rate: float = 0.08,
-        min_child_samples: int = 30,
+        num_leaves: int | None = None,
+        n_estimators: int | None = None,
+        learning_rate: float | None = None,
+        min_child_samples: int | None = None,
         early_stopping_rounds: int = 20,
         target: str = "residual",
         feature_groups: tuple[str, ...] = ("config", "hardware", "prior", "lookup", "paired"),
@@ -250,6 +253,9 @@ class LightGBMThroughput(ThroughputModel):
             "max_cat_to_onehot": 8, **self.categories_,
         }
 
+    def _given_size(self) -> dict[str, float | None]:
+        return {name: getattr(self, name) for name in SMALL_SIZE}
+
     def _uses_base(self) -> bool:
         return "hardware" in self.feature_groups
 
@@ -332,8 +338,7 @@ class LightGBMThroughput(ThroughputModel):
         self.trees_, self.selectors_ = {}, {}  # compiled from the boosters a refit replaces
         y = np.asarray(y, dtype=np.float64)
         self.vocab_ = {c: {v: i for i, v in enumerate(sorted(set(rows[c].tolist())))} for c in CATEGORICAL}
-        small = len(y) < SMALL_ROWS
-        self.size_ = {name: SMALL_SIZE[name] if small else getattr(self, name) for name in SMALL_SIZE}
+        self.size_ = size_for(len(y), self._given_size())
         self.categories_ = dict(CATEGORY_SETTINGS if len(y) >= HOLDOUT_FROM else FEW_ROWS_CATEGORY_SETTINGS)
         if len(y) >= HOLDOUT_FROM:
             self._fit_with_holdout(rows, y, groups)
@@ -677,7 +682,7 @@ class LightGBMThroughput(ThroughputModel):
         self.gate_new_type_ = {k: bool(v) for k, v in state.get("gate_new_type", dict.fromkeys(EVIDENCE, True)).items()}
         self.model_types_ = set(state.get("model_types", self.vocab_.get("model_type", {})))
         self.band_new_type_ = {k: (float(v[0]), float(v[1])) for k, v in state.get("band_new_type", {}).items()}
-        self.size_ = dict(state.get("size", {})) or {name: getattr(self, name) for name in SMALL_SIZE}
+        self.size_ = dict(state.get("size", {})) or size_for(SMALL_ROWS, self._given_size())
         self.categories_ = dict(state.get("categories", CATEGORY_SETTINGS))
         self.base_features_ = list(state.get("base_features", []))
         self.hardware_specs_ = {h: dict(v) for h, v in state.get("hardware_specs", {}).items()}

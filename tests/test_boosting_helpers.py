@@ -1,12 +1,12 @@
 """Helpers of the served model: serving ones give what the numpy formulations they replace gave;
-the early-stopped fit keeps only the trees it predicts with."""
+the early-stopped fit keeps only the trees it predicts with; a size knob given is used."""
 
 from __future__ import annotations
 
 import lightgbm as lgb
 import numpy as np
 
-from predictor.boosting import map_values, train_stopping_early
+from predictor.boosting import LARGE_SIZE, SMALL_ROWS, SMALL_SIZE, map_values, size_for, train_stopping_early
 
 
 def test_map_values_equals_unique_and_lookup() -> None:
@@ -37,3 +37,11 @@ def test_early_stopping_keeps_only_the_best_rounds_trees() -> None:
     np.testing.assert_allclose(stopped.predict(x), full.predict(x, num_iteration=kept), rtol=1e-12)
     assert train_stopping_early(params, lgb.Dataset(x[:400], label=y[:400]), 50, None, 10).num_trees() == 50
     assert train_stopping_early(params, lgb.Dataset(x[:400], label=y[:400]), 50, valid, 0).num_trees() == 50
+
+
+def test_a_size_knob_given_applies_at_any_size_and_one_unset_follows_the_training_rows() -> None:
+    unset = dict.fromkeys(SMALL_SIZE)
+    assert size_for(SMALL_ROWS - 1, unset) == SMALL_SIZE and size_for(SMALL_ROWS, unset) == LARGE_SIZE
+    given = {**unset, "num_leaves": 7, "learning_rate": 0.02}
+    assert size_for(200, given) == {**SMALL_SIZE, "num_leaves": 7, "learning_rate": 0.02}
+    assert size_for(50_000, given) == {**LARGE_SIZE, "num_leaves": 7, "learning_rate": 0.02}

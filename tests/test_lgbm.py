@@ -12,7 +12,7 @@ from leap.core.accuracy import TRUST_GRID, summary
 from leap.core.hardware import load_catalogue
 from leap.training.dataset import Examples, build_examples, read_history
 from leap.training.train import fit_model, split
-from predictor.boosting import predict_distinct
+from predictor.boosting import SMALL_ROWS, SMALL_SIZE, predict_distinct
 from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput, evidence_level
 from predictor.models import LookupTable, PairedTransfer, PriorTransfer
 from predictor.registry import Registry, RegistryError
@@ -47,6 +47,17 @@ def test_training_is_deterministic(examples: Examples, trained: tuple[LightGBMTh
     params = {"n_estimators": 40, "num_leaves": 15}
     first, again = fit_model(train, params), fit_model(train, params)
     np.testing.assert_array_equal(first.predict(holdout.rows), again.predict(holdout.rows))
+
+
+def test_a_size_given_holds_on_a_training_set_too_small_for_the_default_size(examples: Examples) -> None:
+    # the tables' tuning searches these knobs: below SMALL_ROWS they must move the model too
+    last = float(np.floor(examples.submit_time.max() / 86400) * 86400)
+    train = split(examples, last + 86400, window_days=3).train
+    train = train.select(np.arange(len(train)) < 800)
+    assert len(train) < SMALL_ROWS
+    model = fit_model(train, {"n_estimators": 12, "num_leaves": 7, "num_threads": 1})
+    assert model.size_ == {**SMALL_SIZE, "n_estimators": 12, "num_leaves": 7}
+    assert model.booster_ is not None and model.booster_.num_trees() <= 12
 
 
 def test_band_covers_about_eighty_percent(trained: tuple[LightGBMThroughput, Examples]) -> None:

@@ -76,11 +76,6 @@ def test_tuned_tables_report_each_family_at_its_chosen_draw(tmp_path: Path) -> N
         tuning.tuned_tables(paths[:1], names, draws=2)
 
 
-def test_the_served_models_draws_are_one_fit_where_a_table_is_too_small_to_move_its_knobs() -> None:
-    assert tuning._inert(["lightgbm", "ridge"], 500) == ["lightgbm"]
-    assert tuning._inert(["lightgbm", "ridge"], 5000) == []
-
-
 def test_searches_of_tables_run_apart_join() -> None:
     a = {"draws": 2, "seed": 1, "settings": {"ridge": [{}]}, "results": {"a": {}}}
     b = {**a, "results": {"b": {}}}

@@ -67,7 +67,7 @@ def fit_on_simulated_history(
     assert model.booster_ is not None
     info: dict[str, Any] = {
         "history_days": days, "history_per_day": per_day, "train_rows": len(train), "fit_s": round(fit_s, 1),
-        "main_trees": model.booster_.num_trees(), "num_leaves": model.num_leaves,
+        "main_trees": model.booster_.num_trees(), "num_leaves": model.size_["num_leaves"],
         "base_trees": model.base_.num_trees() if model.base_ is not None else 0,
         "num_threads": model.num_threads,
     }

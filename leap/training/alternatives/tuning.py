@@ -143,39 +143,21 @@ def search_tables(paths: Sequence[Path], families: Sequence[str], draws: int = D
         evaluate(...)}, "threads_per_fit"}`` with the draws named by :func:`draw_name`.
     """
     from leap.training.alternatives.search_parts import evaluate_in_parts
-    from leap.training.measurements.table import load_table
 
     unknown = [f for f in families if f not in CLASSES]
     if unknown:
         raise ValueError(f"no search space for {', '.join(unknown)}; families: {', '.join(CLASSES)}")
     settings = {f: settings_of(f, draws, seed) for f in families}
-    inert = {path.stem: _inert(families, len(load_table(path))) for path in paths}
     threads = _threads(families, workers)
-    jobs = [(path, [*((draw_name(f, k), f, {**s, **threads[f]}) for f in families for k, s in enumerate(settings[f])
-                      if f not in inert[path.stem] or k == 0), *((name, None, {}) for name in fixed)])
+    jobs = [(path, [*((draw_name(f, k), f, {**s, **threads[f]}) for f in families for k, s in enumerate(settings[f])),
+                    *((name, None, {}) for name in fixed)])
             for path in paths]
     for path, specs in jobs:
         if progress is not None:
             progress.print(f"{path.name}: {len(specs)} settings under both protocols ...")
     results = evaluate_in_parts(jobs, seed, make, workers, parts_dir, progress)
-    for stem, result in results.items():
-        for block in result["protocols"].values():
-            for f in inert[stem]:  # the same model whatever the draw: its figures, said to be draw 0's
-                block["models"].update({draw_name(f, k): {**block["models"][draw_name(f, 0)], "same_as_draw": 0}
-                                        for k in range(1, len(settings[f]))})
-        result["inert"] = inert[stem]
     return {"draws": draws, "seed": seed, "settings": settings, "results": results,
             "threads_per_fit": 1 if workers > 1 else "the models' own"}
-
-
-def _inert(families: Sequence[str], table_rows: int) -> list[str]:
-    """Families whose searched knobs a table this small cannot move, so that one fit stands for
-    every draw: the served model below :data:`predictor.boosting.SMALL_ROWS` training rows takes
-    its size from :data:`predictor.boosting.SMALL_SIZE`, which names every knob searched for it."""
-    from predictor.boosting import SMALL_ROWS, SMALL_SIZE
-
-    small = table_rows < SMALL_ROWS
-    return [f for f in families if f == "lightgbm" and small and set(space_of(f)) <= set(SMALL_SIZE)]
 
 
 def table_scores(search: dict[str, Any], family: str) -> np.ndarray:

@@ -43,7 +43,7 @@ class ServedModel:
 
     ``fit`` is :func:`leap.training.train.fit_model`'s ``LightGBMThroughput(**params).fit(rows, y,
     job_key)`` with the default parameters and the run's seed; the model itself adapts to a small
-    training set (:data:`predictor.lgbm.SMALL_ROWS`).
+    training set (:func:`predictor.boosting.size_for`).
     """
 
     def __init__(self, seed: int = 0) -> None:

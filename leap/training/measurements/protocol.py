@@ -17,7 +17,7 @@ from leap.training.measurements.history import TableHistory, to_history
 from leap.training.measurements.pairs import PROTOCOLS, job_ids
 from leap.training.measurements.runner import PRIMARY, run_protocol
 from leap.training.measurements.table import MeasurementError, Table, load_table
-from predictor.boosting import SMALL_ROWS, SMALL_SIZE
+from predictor.boosting import LARGE_SIZE, SMALL_ROWS, SMALL_SIZE
 
 
 def load_history(csv_path: Path | str, seed: int = 0, catalogue: Catalogue | None = None
@@ -95,8 +95,8 @@ def evaluate(
         "seed": seed,
         "models": list(chosen),
         "primary": f"rows of evidence {PRIMARY!r}: the job ran on other hardware before, not on this one",
-        "served_params": {"below_training_rows": SMALL_ROWS, "small": SMALL_SIZE,
-                          "else": "leap train's (LightGBMThroughput defaults)"},
+        "served_params": {"below_training_rows": SMALL_ROWS, "small": SMALL_SIZE, "else": LARGE_SIZE,
+                          "given": "a size knob set applies at any size"},
         "conversion": th.notes,
         "protocols": {p: run_protocol(th, t, p, chosen, catalogue, seed) for p in protocols},
         "seconds": round(time.perf_counter() - t0, 2),
