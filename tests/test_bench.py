@@ -51,8 +51,7 @@ def test_features(rds: redis.Redis) -> None:
 
 def test_predict(rds: redis.Redis, tmp_path: Path) -> None:
     saved = tmp_path / "models" / "bench-model"
-    # 1,600 attempts a day: past predictor.boosting.SMALL_ROWS training rows, where --trees holds (below
-    # it the model takes 400 trees, whose C takes longer to compile than the rest of the test)
+    # --trees 3: the compiled C of a default-sized model takes longer to build than the rest of the test
     out = run_json("predict", "--submissions", "60", "--warm", "200", "--batch", "25", "--history-days", "2",
                    "--history-per-day", "1600", "--trees", "3", "--no-no-redis", "--repeat", "1",
                    "--candidates", "6", "--save-model", str(saved))
