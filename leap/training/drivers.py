@@ -36,7 +36,7 @@ from leap.training.days import checked_first_test_day, day_text, submitted_on, t
 from leap.training.pool import run_shared, shared
 from leap.training.row_cache import built_examples
 from leap.training.train import fit_model
-from predictor.boosting import HOLDOUT_FROM, LARGE_SIZE
+from predictor.boosting import HOLDOUT_FROM, size_for
 from predictor.models import BASELINES
 
 ALL_GROUPS = ("config", "hardware", "prior", "lookup")
@@ -176,8 +176,8 @@ OUT_OF_FOLD_COST = 10
 def _cost(f: _Fit, rows: int) -> float:
     """Rough relative cost of a fit on ``rows`` training rows, to start the slow fits first
     (better packing on the workers)."""
-    p = dict(f.params)
-    return float(p.get("num_leaves", LARGE_SIZE["num_leaves"]) * p.get("n_estimators", LARGE_SIZE["n_estimators"])) \
+    size = size_for(rows, dict(f.params))
+    return float(size["num_leaves"] * size["n_estimators"]) \
         * (OUT_OF_FOLD_COST if rows < HOLDOUT_FROM else 1) + f.window_days
 
 
