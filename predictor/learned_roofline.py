@@ -64,7 +64,7 @@ def _pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 #: What a gradient step reads of the rows' cells (:func:`cell_layout`).
-Grouped = tuple[tuple[np.ndarray, ...], sparse.csr_matrix, sparse.csr_matrix, np.ndarray]
+Grouped = tuple[tuple[np.ndarray, ...], sparse.csr_matrix, sparse.csr_matrix, np.ndarray, np.ndarray]
 
 
 def cell_layout(codes: np.ndarray, x: np.ndarray) -> Grouped:
@@ -72,25 +72,29 @@ def cell_layout(codes: np.ndarray, x: np.ndarray) -> Grouped:
     scaled terms ``x`` (a row per row, a column per term), laid out for the gradient steps.
 
     Rows share their weights with every row of the same (model type, part, family, vendor): each
-    step takes the exponentials once per such cell, not once per row. The terms are held as a
-    sparse design whose row ``r`` has ``x[r, k]`` in column ``k * cells + cell(r)``: one product
-    with the (term, cell) weights gives every row's step time, and one product of its transpose
-    with a per-row factor every (term, cell)'s sum over its rows (half the time of repeating the
-    weights over the rows and summing them back per cell). Both add in the rows' order, as that
-    did, so the fit is the same to the bit.
+    step takes the exponentials once per such cell, not once per row. Rows of one cell with the
+    same terms (a job's attempts on one part, jobs of one configuration) have the same step time:
+    it is computed once per such distinct row, and the rows' gradient factors are summed onto it
+    before the product with the terms (a history repeats configurations: fewer rows to multiply).
+    The distinct rows' terms are held as a sparse design whose row ``r`` has ``x[r, k]`` in column
+    ``k * cells + cell(r)``: one product with the (term, cell) weights gives every distinct row's
+    step time, and one product of its transpose with a per-row factor every (term, cell)'s sum.
 
     Returns
     -------
     tuple
         ``((the cells' codes, one array per code), the design, its transpose, each (term, cell)'s
-        (model type, term) bin)``.
+        (model type, term) bin, each row's distinct row)``.
     """
+    keys = np.concatenate([codes.astype(np.float64), x], axis=1)
+    _, first, row_distinct = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    codes, x = codes[first], x[first]
     cells, row_cell = np.unique(codes, axis=0, return_inverse=True)
     n, k = x.shape
     columns = (np.arange(k) * len(cells) + row_cell.reshape(-1, 1)).ravel()
     design = sparse.csr_matrix((x.ravel(), columns, np.arange(0, n * k + 1, k)), shape=(n, k * len(cells)))
     type_term = (cells[:, 0] * k + np.arange(k)[:, None]).ravel()
-    return tuple(cells.T), design, design.T.tocsr(), type_term
+    return tuple(cells.T), design, design.T.tocsr(), type_term, row_distinct.ravel()
 
 
 class LearnedRoofline:
@@ -223,11 +227,12 @@ class LearnedRoofline:
         parameter's gradient is then a sum over cells: a few thousand instead of every row.
         """
         theta, phi_c, phi_m, phi_f = params
-        (cm, chf, ch, cv), design, design_t, type_term = grouped
+        (cm, chf, ch, cv), design, design_t, type_term, row_distinct = grouped
         weight = np.exp(self._log_weights(theta[cm], phi_c[chf], phi_m[ch], phi_f[cv])).T  # term x cell
-        total = design @ weight.ravel()
-        error = np.clip(np.log(total) - target, -0.5, 0.5)
-        factor = 2.0 * error / len(target) / total  # d loss / d log weight, over the weight x the term
+        distinct_total = design @ weight.ravel()
+        error = np.clip(np.log(distinct_total)[row_distinct] - target, -0.5, 0.5)
+        # d loss / d log weight, over the weight x the term, summed over each distinct row's rows
+        factor = np.bincount(row_distinct, error, len(distinct_total)) * (2.0 / len(target)) / distinct_total
         per_cell = weight * (design_t @ factor).reshape(weight.shape)
         grads = [
             np.bincount(type_term, per_cell.ravel(), minlength=theta.size).reshape(theta.shape),
@@ -235,7 +240,7 @@ class LearnedRoofline:
             np.bincount(ch, per_cell[_WEIGHTS] + per_cell[_ACTIVATIONS], minlength=len(phi_m)),
             np.bincount(cv, per_cell[_FIXED], minlength=len(phi_f)),
         ]
-        return grads, total
+        return grads, distinct_total[row_distinct]
 
     def _set_part_means(self) -> None:
         """Each part's mean compute efficiency over the families seen on it."""

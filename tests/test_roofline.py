@@ -120,12 +120,17 @@ def test_carries_speed_across_hardware_better_than_the_public_roofline(examples:
 
 def test_the_gradients_are_those_of_the_loss() -> None:
     """The per-cell sums give each parameter the derivative of the loss (squared log error, linear
-    beyond 0.5), checked against central differences on a small problem with errors on both sides."""
+    beyond 0.5), checked against central differences on a small problem with errors on both sides
+    and rows that repeat a configuration (the same cell and terms) with other targets."""
     rng = np.random.default_rng(0)
     n, k = 300, len(TERMS)
     codes = np.stack([rng.integers(0, 3, n), rng.integers(0, 4, n), rng.integers(0, 2, n), rng.integers(0, 2, n)], 1)
-    grouped = cell_layout(codes, rng.uniform(0.1, 2.0, (n, k)))
-    target = rng.normal(1.5, 0.7, n)
+    x = rng.uniform(0.1, 2.0, (n, k))
+    again = rng.integers(0, n, 100)  # a third of the rows repeat another's cell and terms
+    codes, x = np.concatenate([codes, codes[again]]), np.concatenate([x, x[again]])
+    grouped = cell_layout(codes, x)
+    assert len(grouped[1].indptr) - 1 == n  # one design row per distinct (cell, terms)
+    target = rng.normal(1.5, 0.7, n + len(again))
     params = [rng.normal(0, 0.3, (3, k)), rng.normal(0, 0.3, 4), rng.normal(0, 0.3, 2), rng.normal(0, 0.3, 2)]
     model = LearnedRoofline()
 
