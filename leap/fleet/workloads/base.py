@@ -4,6 +4,7 @@ dense-transformer shape shared by language, MoE and speech models."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 FAMILIES: tuple[str, ...] = (
     "dense_lm",
@@ -85,6 +86,12 @@ class ModelType:
     trainable: float = 1.0
 
 
+def dense_model(name: str, family: str, params: float, **fields: Any) -> ModelType:
+    """A model type whose parameters are all dense and all active: no experts, no embedding tables."""
+    return ModelType(name=name, family=family, params=params, dense_params=params, expert_params=0.0,
+                     emb_params=0.0, active_params=params, **fields)
+
+
 def fmt_size(p: float) -> str:
     """A parameter count as a name suffix: ``1.3b``, ``590m``."""
     if p >= 1e9:
@@ -110,14 +117,10 @@ def transformer(
         layers = max(4, round(12 * (params / 1.25e8) ** 0.30))
     if hidden is None:
         hidden = max(128, int(round((params / (12 * layers)) ** 0.5 / 64) * 64))
-    return ModelType(
+    return dense_model(
         name=name,
         family=family,
         params=params,
-        dense_params=params,
-        expert_params=0.0,
-        emb_params=0.0,
-        active_params=params,
         layers=layers,
         hidden=hidden,
         seq_ref=seq,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from leap.fleet.workloads.base import ModelType
+from leap.fleet.workloads.base import ModelType, dense_model
 
 
 def _diffusion(
@@ -22,14 +22,10 @@ def _diffusion(
     """A denoiser with ``gflops_fwd`` forward GFLOPs per image at ``size``, ``attn_share`` of them
     in attention (quadratic in the latent's side)."""
     fwd = gflops_fwd * 1e9
-    return ModelType(
+    return dense_model(
         name=name,
         family="diffusion",
         params=params,
-        dense_params=params,
-        expert_params=0.0,
-        emb_params=0.0,
-        active_params=params,
         layers=layers,
         hidden=hidden,
         seq_ref=size,

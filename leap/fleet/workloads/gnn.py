@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from leap.fleet.workloads.base import ModelType
+from leap.fleet.workloads.base import ModelType, dense_model
 
 
 def gnns(rng: np.random.Generator) -> list[ModelType]:
@@ -25,14 +25,10 @@ def gnns(rng: np.random.Generator) -> list[ModelType]:
             fanout = 512 if arch in ("graphsage", "gcn", "gat", "rgat", "gin") else 64
             params = layers * 2 * hidden * hidden * (4 if arch in ("rgat", "gat") else 1)
             out.append(
-                ModelType(
+                dense_model(
                     name=f"{arch}-h{hidden}",
                     family="gnn",
                     params=params,
-                    dense_params=params,
-                    expert_params=0.0,
-                    emb_params=0.0,
-                    active_params=params,
                     layers=layers,
                     hidden=hidden,
                     seq_ref=fanout,

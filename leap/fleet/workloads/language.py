@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from leap.fleet.workloads.base import ModelType, fmt_size, transformer
@@ -57,14 +59,8 @@ def dense_lms(rng: np.random.Generator) -> list[ModelType]:
 def _lora(base: ModelType, trainable: float) -> ModelType:
     """LoRA fine-tuning of ``base``: frozen weights, so 4 instead of 6 FLOPs per parameter and token
     (no weight gradients) and no gradients or optimizer state for the frozen parameters."""
-    return ModelType(
-        **{
-            **base.__dict__,
-            "name": f"{base.name}-lora",
-            "flops_lin": base.flops_lin * (4.0 + 2.0 * trainable) / 6.0,
-            "trainable": trainable,
-        }
-    )
+    return replace(base, name=f"{base.name}-lora", flops_lin=base.flops_lin * (4.0 + 2.0 * trainable) / 6.0,
+                   trainable=trainable)
 
 
 def moes(rng: np.random.Generator) -> list[ModelType]:
@@ -91,17 +87,7 @@ def moes(rng: np.random.Generator) -> list[ModelType]:
             )
             active = shared + topk * expert
             seq = m.seq_ref
-            out.append(
-                ModelType(
-                    **{
-                        **m.__dict__,
-                        "dense_params": shared,
-                        "expert_params": experts * expert,
-                        "active_params": active,
-                        "flops_lin": 6.0 * active * seq,
-                        "num_experts": experts,
-                    }
-                )
-            )
+            out.append(replace(m, dense_params=shared, expert_params=experts * expert, active_params=active,
+                               flops_lin=6.0 * active * seq, num_experts=experts))
     return out
 

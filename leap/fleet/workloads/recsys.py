@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from leap.fleet.workloads.base import ModelType, fmt_size
+from leap.fleet.workloads.base import ModelType, dense_model, fmt_size
 
 #: Architectures: kind, dense params, MLP FLOP multiplier, tables, dim, pooling, efficiency.
 _KINDS: tuple[tuple[str, float, float, int, int, int, float], ...] = (
@@ -17,14 +17,10 @@ _KINDS: tuple[tuple[str, float, float, int, int, int, float], ...] = (
 )
 
 # Gavel's autoencoder recommender (ML-20M): dense, no sharded tables.
-_AUTOENCODER = ModelType(
+_AUTOENCODER = dense_model(
     name="autoencoder-rec",
     family="recsys",
     params=2.7e7,
-    dense_params=2.7e7,
-    expert_params=0.0,
-    emb_params=0.0,
-    active_params=2.7e7,
     layers=6,
     hidden=512,
     seq_ref=1,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from leap.fleet.workloads.base import ModelType, transformer
@@ -60,15 +62,8 @@ def speech_models(rng: np.random.Generator) -> list[ModelType]:
         )
         if frames > 4000:
             # vocoders run convolutions over raw samples: FLOPs and activations per frame are small
-            m = ModelType(
-                **{
-                    **m.__dict__,
-                    "flops_lin": 2.0 * params * frames / 20,
-                    "flops_quad": 0.0,
-                    "act_bytes": m.act_bytes / 20,
-                    "traffic_bytes": m.traffic_bytes / 20,
-                }
-            )
+            m = replace(m, flops_lin=2.0 * params * frames / 20, flops_quad=0.0, act_bytes=m.act_bytes / 20,
+                        traffic_bytes=m.traffic_bytes / 20)
         out.append(m)
     return out
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from leap.fleet.workloads.base import ModelType
+from leap.fleet.workloads.base import ModelType, dense_model
 
 
 def _cnn(
@@ -23,14 +23,10 @@ def _cnn(
     # CNN training moves a lot of activation bytes per FLOP (BN, ReLU, depthwise convs), which is
     # why measured CNN speed-ups track memory bandwidth more than peak FLOP/s.
     traffic = fwd * (0.45 if depthwise else 0.15)
-    return ModelType(
+    return dense_model(
         name=name,
         family="vision_cnn",
         params=mparams * 1e6,
-        dense_params=mparams * 1e6,
-        expert_params=0.0,
-        emb_params=0.0,
-        active_params=mparams * 1e6,
         layers=layers,
         hidden=256,
         seq_ref=size,
@@ -149,14 +145,10 @@ def _plain_vits(rng: np.random.Generator) -> list[ModelType]:
             tokens = (size // patch) ** 2 + 1
             pop = 1.0 if tag in ("b", "l") else 0.5
             out.append(
-                ModelType(
+                dense_model(
                     name=f"vit-{tag}-{patch}",
                     family="vision_vit",
                     params=params,
-                    dense_params=params,
-                    expert_params=0.0,
-                    emb_params=0.0,
-                    active_params=params,
                     layers=layers,
                     hidden=d,
                     seq_ref=size,
@@ -181,14 +173,10 @@ def _swins() -> list[ModelType]:
         params = 12.0 * layers * (d / 2) ** 2 * 1.5
         tokens = 3136  # windowed attention: quadratic cost only within 7x7 windows
         out.append(
-            ModelType(
+            dense_model(
                 name=f"swin-{tag}",
                 family="vision_vit",
                 params=params,
-                dense_params=params,
-                expert_params=0.0,
-                emb_params=0.0,
-                active_params=params,
                 layers=layers,
                 hidden=d,
                 seq_ref=224,
