@@ -27,6 +27,7 @@ from leap.replay.cli import app as replay_app
 from leap.replay.cli import explain_cmd
 from leap.services.cli import app as services_app
 from leap.services.cli import services_needed
+from leap.services.processes import ServiceError
 from leap.training import cli as training_cli
 from leap.training.alternatives.command import alternatives_cmd, alternatives_report_cmd
 from leap.training.measurements import evaluate_measurements_cmd
@@ -247,6 +248,8 @@ def demo(
         summary = run_demo(duration, rate, seed, warmup, deadline_ms, attempts_per_day, model, capacity, price_schedule)
     except LookupError as exc:
         raise fail(str(exc)) from None
+    except ServiceError as exc:  # a service that cannot start: what holds it, not a traceback
+        raise fail(str(exc), code=1) from None
     text = orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode()
     if summary_json is not None:
         summary_json.write_text(text + "\n")
