@@ -279,3 +279,16 @@ def test_merge_joins_backtests_of_the_same_nights() -> None:
 def test_merge_refuses_backtests_of_other_nights(other: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         merge([_simulated("served"), other])
+
+
+def test_without_tune_the_parts_dir_keeps_each_table_fold_and_a_rerun_reads_them(tiny_table: Path,
+                                                                                 tmp_path: Path) -> None:
+    args = ["alternatives", "--tables", str(tiny_table), "--models", "transfer,ridge", "--seed", "1",
+            "--parts-dir", str(tmp_path / "parts")]
+    for run in ("first", "again"):
+        res = CliRunner().invoke(app, [*args, "--json", str(tmp_path / f"{run}.json")])
+        assert res.exit_code == 0, res.output
+    assert list((tmp_path / "parts").glob("*.json"))
+    first, again = ({p: block["models"] for p, block in orjson.loads((tmp_path / f"{run}.json").read_bytes())
+                     ["tables"]["tiny"]["protocols"].items()} for run in ("first", "again"))
+    assert first == again  # fit times included: the folds were read back, not fitted again

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -240,3 +242,33 @@ def test_a_throughput_model_without_groups_plugs_in_as_it_is(small: Path) -> Non
     b = wrapped["protocols"]["config_fold"]["models"]["transfer"]
     assert orjson.dumps({k: v for k, v in a.items() if k not in drop}) == \
         orjson.dumps({k: v for k, v in b.items() if k not in drop})
+
+
+def test_a_checkpointed_run_reads_back_each_fold_it_kept_and_resumes_at_one_it_lacks(small: Path, tmp_path: Path
+                                                                                      ) -> None:
+    """Each (model, fold) is kept as it ends; a run again reads every kept fold (its recorded fit
+    time comes back to the digit) to the same scores, NaNs and band included, and fits only a
+    fold whose file is gone."""
+    kept = tmp_path / "folds"
+    run = functools.partial(m.evaluate, small, models="pairwise_lightgbm,transfer_paired",
+                            protocols=("config_fold",), checkpoint=kept)
+    first = run()
+    files = sorted(kept.glob("*.json"))
+    assert len(files) == 2 * first["protocols"]["config_fold"]["folds"]
+    again = run()
+    scores = [result["protocols"]["config_fold"]["models"] for result in (first, again)]
+
+    def same(a: dict[str, Any], b: dict[str, Any], drop: tuple[str, ...]) -> bool:
+        return orjson.dumps({k: {s: v for s, v in a[k].items() if s not in drop} for k in a}) == \
+            orjson.dumps({k: {s: v for s, v in b[k].items() if s not in drop} for k in b})
+
+    assert same(scores[0], scores[1], ("predict_us_per_row",))  # the fit times too: read, not fitted
+    assert 0 < scores[1]["pairwise_lightgbm"]["band_coverage"] <= 1  # the band's inside flags came back
+    files[0].unlink()
+    resumed = run()["protocols"]["config_fold"]["models"]
+    assert sorted(kept.glob("*.json")) == files and not list(kept.glob("*.tmp"))
+    assert same(scores[0], resumed, ("predict_us_per_row", "fit_s"))
+    res = CliRunner().invoke(m.app, [str(small), "--models", "transfer_paired", "--seed", "3",
+                                     "--checkpoint", str(tmp_path / "cli")])
+    assert res.exit_code == 0, res.output
+    assert len(list((tmp_path / "cli").glob("*.json"))) > 0

@@ -93,8 +93,9 @@ def alternatives_cmd(
         min=1, help="Processes for the --tune searches (tables, --tune-history); with more than one, each "
                     "LightGBM fit takes one thread (its figures move a little with the thread count).")] = 1,
     parts_dir: Annotated[Path | None, typer.Option(
-        "--parts-dir", help="Save each part of the --tune search here as it ends; a rerun of the same search "
-                            "and code reads the saved parts instead of fitting them again.")] = None,
+        "--parts-dir", help="Save each part of the --tune search here as it ends (without --tune: each model's "
+                            "predictions of each table fold); a rerun of the same search and code reads the "
+                            "saved parts instead of fitting them again.")] = None,
     pick_sample: Annotated[int, typer.Option(
         min=1, help="Submissions a day ranked in full for top-1 and regret on the simulator.")] = 1500,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the full result as JSON here.")] = None,
@@ -162,7 +163,7 @@ def _run(history: Path | None, names: list[str], paths: list[Path], nights: tupl
 
             results, tuning = tuned_tables(paths, names, tune, seed, console, workers, parts_dir)
         else:
-            results = evaluate_tables(paths, names, seed=seed, progress=console)
+            results = evaluate_tables(paths, names, seed=seed, progress=console, checkpoint=parts_dir)
     except (measurement_error, ValueError, AlternativeUnavailable) as exc:
         raise _fail(str(exc)) from None
     out = {"models": names, "seed": seed, "simulator": simulator, "tables": results}

@@ -31,9 +31,11 @@ def table_factories(names: Sequence[str], seed: int) -> dict[str, ModelFactory]:
     return dict(resolve_models(list(names), seed))
 
 
-def evaluate_tables(paths: Sequence[Path], names: Sequence[str], seed: int = 0, progress: Any = None
-                    ) -> dict[str, dict[str, Any]]:
-    """Every model on every table under both protocols: ``{table stem: evaluate(...)}``.
+def evaluate_tables(paths: Sequence[Path], names: Sequence[str], seed: int = 0, progress: Any = None,
+                    checkpoint: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Every model on every table under both protocols: ``{table stem: evaluate(...)}``; with
+    ``checkpoint``, each model's predictions of each fold kept there as it ends (a stopped run
+    resumes: :func:`leap.training.measurements.runner.run_protocol`).
 
     Raises
     ------
@@ -45,5 +47,5 @@ def evaluate_tables(paths: Sequence[Path], names: Sequence[str], seed: int = 0, 
     for path in paths:
         if progress is not None:
             progress.print(f"{path.name}: {len(factories)} models under both protocols ...")
-        out[path.stem] = evaluate(path, seed=seed, factories=factories)
+        out[path.stem] = evaluate(path, seed=seed, factories=factories, checkpoint=checkpoint)
     return out

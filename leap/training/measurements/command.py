@@ -50,6 +50,9 @@ def evaluate_measurements_cmd(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Also write the table as a LEAP history archive here (for `leap train --history`)")] = None,
     convert_only: Annotated[bool, typer.Option(help="With --out: write the history and stop")] = False,
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="Folder keeping each model's predictions of each fold as it ends; run again with the same "
+             "folder to resume a stopped run at the next fold")] = None,
 ) -> None:
     """Score the served model and its rivals on a measurement table converted to LEAP history."""
     try:
@@ -66,7 +69,7 @@ def evaluate_measurements_cmd(
             typer.echo(f"wrote {out}: " + ", ".join(f"{n} {k}" for k, n in counts.items()), err=True)
             if convert_only:
                 return
-        result = evaluate(file, seed=seed, models=models)
+        result = evaluate(file, seed=seed, models=models, checkpoint=checkpoint)
     except MeasurementError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None

@@ -48,6 +48,7 @@ def evaluate(
     catalogue: Catalogue | None = None,
     factories: Mapping[str, ModelFactory] | None = None,
     protocols: Sequence[str] = PROTOCOLS,
+    checkpoint: Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate models on a measurement table under both protocols.
 
@@ -66,6 +67,9 @@ def evaluate(
         ``name -> factory`` to run instead of ``models`` (models that are not registered).
     protocols
         Which protocols to run.
+    checkpoint
+        Folder keeping each model's fold predictions as they end, so that a stopped run resumes
+        (:func:`leap.training.measurements.runner.run_protocol`).
 
     Returns
     -------
@@ -98,6 +102,6 @@ def evaluate(
         "served_params": {"below_training_rows": SMALL_ROWS, "small": SMALL_SIZE, "else": LARGE_SIZE,
                           "given": "a size knob set applies at any size"},
         "conversion": th.notes,
-        "protocols": {p: run_protocol(th, t, p, chosen, catalogue, seed) for p in protocols},
+        "protocols": {p: run_protocol(th, t, p, chosen, catalogue, seed, checkpoint) for p in protocols},
         "seconds": round(time.perf_counter() - t0, 2),
     }

@@ -19,13 +19,17 @@ submissions with at least two candidates priced in the catalogue, by throughput 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from features.rows import Rows, concat_rows
 from leap.core.accuracy import regret, summary, top1
@@ -122,30 +126,69 @@ def fit_estimator(model: Estimator | ThroughputModel, rows: Rows, y: np.ndarray,
     return model.fit(rows, y)  # type: ignore[call-arg]
 
 
-def _run_model(factory: ModelFactory, fold: Fold, full_rows: Rows, sizes: list[int], run: _ModelRun) -> None:
-    """Fit one fresh model on the fold's training rows and predict its test and candidate rows."""
+def _fold_result(factory: ModelFactory, fold: Fold, full_rows: Rows, sizes: list[int]) -> dict[str, Any]:
+    """Fit one fresh model on the fold's training rows; its predictions of the test and candidate
+    rows (``acc``, ``full``, ``inside``: see :class:`_ModelRun`), times and fit report."""
     t0 = time.perf_counter()
     model = fit_estimator(factory(), fold.train.rows, fold.train.y, fold.train.job_key,
                           fold.train.new_type_rows) if len(fold.train) else None
-    run.fit_s += time.perf_counter() - t0
-    if getattr(model, "fit_report_", None):
-        run.reports.append(model.fit_report_)  # type: ignore[union-attr]
+    out: dict[str, Any] = {"fit_s": time.perf_counter() - t0, "predict_s": 0.0, "predicted_rows": 0,
+                           "report": getattr(model, "fit_report_", None) or None, "inside": None}
     n_test, n_full = len(fold.test), int(sum(sizes))
     if model is None:  # nothing to train on (e.g. a table with one workload, held out)
-        run.acc.append(np.full(n_test, np.nan))
-        run.full.append([np.full(k, np.nan) for k in sizes])
-        return
+        return {**out, "acc": np.full(n_test, np.nan), "full": [np.full(k, np.nan) for k in sizes]}
     t1 = time.perf_counter()
     acc = np.asarray(model.predict(fold.test.rows), dtype=np.float64)
     full = np.asarray(model.predict(full_rows), dtype=np.float64) if n_full else np.empty(0)
-    run.predict_s += time.perf_counter() - t1
-    run.predicted_rows += n_test + n_full
-    run.acc.append(acc)
+    out.update(predict_s=time.perf_counter() - t1, predicted_rows=n_test + n_full, acc=acc,
+               full=np.split(full, np.cumsum(sizes)[:-1]) if sizes else [])
     if hasattr(model, "predict_band"):
         lower, upper = model.predict_band(acc, fold.test.rows)
         inside = (fold.test.y >= lower) & (fold.test.y <= upper)
-        run.inside.append(np.where(np.isfinite(acc) & np.isfinite(lower) & np.isfinite(upper), inside, np.nan))
-    run.full.append(np.split(full, np.cumsum(sizes)[:-1]) if sizes else [])
+        out["inside"] = np.where(np.isfinite(acc) & np.isfinite(lower) & np.isfinite(upper), inside, np.nan)
+    return out
+
+
+def fold_key(name: str, factory: ModelFactory, fold: Fold, protocol: str, seed: int) -> str:
+    """A digest of what a model's predictions on a fold depend on, the code aside: the model's
+    name and parameters, the protocol, the seed and the fold's jobs and measurements."""
+    model = factory()
+    params = model.get_params() if hasattr(model, "get_params") else {}
+    digest = hashlib.sha256(orjson.dumps([name, params, protocol, seed], default=str, option=orjson.OPT_SORT_KEYS))
+    for ex in (fold.train, fold.test):
+        digest.update("\n".join(map(str, ex.job_key.tolist())).encode())
+        digest.update(np.ascontiguousarray(ex.y, dtype=np.float64).tobytes())
+    return digest.hexdigest()[:24]
+
+
+def _checkpointed(factory: ModelFactory, fold: Fold, full_rows: Rows, sizes: list[int], save: Path | None
+                  ) -> dict[str, Any]:
+    """:func:`_fold_result`, read from ``save`` when a run stopped after it, else written there as
+    it ends (NaN is saved as null and read back as NaN)."""
+    if save is not None and save.exists():
+        saved = orjson.loads(save.read_bytes())
+        floats = functools.partial(np.asarray, dtype=np.float64)
+        inside = None if saved["inside"] is None else floats(saved["inside"])
+        return {**saved, "acc": floats(saved["acc"]), "full": [floats(f) for f in saved["full"]], "inside": inside}
+    result = _fold_result(factory, fold, full_rows, sizes)
+    if save is not None:
+        save.parent.mkdir(parents=True, exist_ok=True)
+        part = save.with_suffix(".tmp")
+        part.write_bytes(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY, default=str))
+        part.replace(save)  # whole or absent: a run killed while writing leaves no half file
+    return result
+
+
+def _add(run: _ModelRun, result: Mapping[str, Any]) -> None:
+    run.fit_s += result["fit_s"]
+    run.predict_s += result["predict_s"]
+    run.predicted_rows += result["predicted_rows"]
+    if result["report"]:
+        run.reports.append(result["report"])
+    run.acc.append(result["acc"])
+    run.full.append(result["full"])
+    if result["inside"] is not None:
+        run.inside.append(result["inside"])
 
 
 def run_protocol(
@@ -155,6 +198,7 @@ def run_protocol(
     models: Mapping[str, ModelFactory],
     catalogue: Catalogue,
     seed: int = 0,
+    checkpoint: Path | None = None,
 ) -> dict[str, Any]:
     """Every model on every fold of ``protocol``; every test attempt is predicted exactly once.
 
@@ -170,6 +214,11 @@ def run_protocol(
         Specs for the rows and prices for top-1 and regret.
     seed
         Seed of the configuration folds.
+    checkpoint
+        Folder keeping each model's predictions of each fold as the fold ends (:func:`fold_key`
+        names them), so that a run stopped halfway resumes at the next fold: a fine-tuned
+        language model on a table of thousands of rows is hours a fold. A saved fold is reused only
+        by a run of the same code: the key does not cover the code.
 
     Returns
     -------
@@ -186,7 +235,8 @@ def run_protocol(
         sizes = [len(fold.test.full[k][1]["hardware"]) for k in keys]
         full_rows = concat_rows([fold.test.full[k][1] for k in keys])
         for name, factory in models.items():
-            _run_model(factory, fold, full_rows, sizes, runs[name])
+            save = None if checkpoint is None else checkpoint / f"{fold_key(name, factory, fold, protocol, seed)}.json"
+            _add(runs[name], _checkpointed(factory, fold, full_rows, sizes, save))
     truth = _Truth.of(tests, catalogue)
     return {
         "folds": len(tests),
