@@ -218,7 +218,7 @@ def run_protocol(
         Folder keeping each model's predictions of each fold as the fold ends (:func:`fold_key`
         names them), so that a run stopped halfway resumes at the next fold: a fine-tuned
         language model on a table of thousands of rows is hours a fold. A saved fold is reused only
-        by a run of the same code: the key does not cover the code.
+        by a run of the same code and hardware catalogue: the key covers neither.
 
     Returns
     -------
