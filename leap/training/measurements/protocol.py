@@ -65,11 +65,9 @@ def evaluate(
         Hardware catalogue (specs, canonical names, prices); default :func:`leap.core.hardware.load_catalogue`.
     factories
         ``name -> factory`` to run instead of ``models`` (models that are not registered).
-    protocols
-        Which protocols to run.
-    checkpoint
-        Folder keeping each model's fold predictions as they end, so that a stopped run resumes
-        (:func:`leap.training.measurements.runner.run_protocol`).
+    protocols, checkpoint
+        Which protocols to run; a folder keeping each model's fold predictions as they end, so that
+        a stopped run resumes (:func:`leap.training.measurements.runner.run_protocol`).
 
     Returns
     -------
@@ -93,11 +91,7 @@ def evaluate(
     catalogue = catalogue or load_catalogue()
     t, th = load_history(csv_path, seed, catalogue)
     return {
-        "file": str(csv_path),
-        "rows": len(t),
-        "jobs": th.notes["jobs"],
-        "seed": seed,
-        "models": list(chosen),
+        "file": str(csv_path), "rows": len(t), "jobs": th.notes["jobs"], "seed": seed, "models": list(chosen),
         "primary": f"rows of evidence {PRIMARY!r}: the job ran on other hardware before, not on this one",
         "served_params": {"below_training_rows": SMALL_ROWS, "small": SMALL_SIZE, "else": LARGE_SIZE,
                           "given": "a size knob set applies at any size"},
