@@ -204,8 +204,8 @@ class LearnedRoofline:
         """Adam on ``params`` in place; the step time per row before the last update."""
         first = [np.zeros_like(p) for p in params]
         second = [np.zeros_like(p) for p in params]
-        total = np.full(len(target), np.nan)
         grouped = cell_layout(np.stack(codes, axis=1), x)
+        total = np.full(grouped[1].shape[0], np.nan)
         for it in range(1, self.steps + 1):
             grads, total = self._gradients(params, grouped, target)
             for p, g, m1, m2 in zip(params, grads, first, second, strict=True):
@@ -215,11 +215,12 @@ class LearnedRoofline:
                 m2 *= 0.999
                 m2 += 0.001 * g * g
                 p -= self.learning_rate * (m1 / (1 - 0.9**it)) / (np.sqrt(m2 / (1 - 0.999**it)) + 1e-8)
-        return total
+        return np.asarray(total[grouped[4]])
 
     def _gradients(self, params: list[np.ndarray], grouped: Grouped, target: np.ndarray
                    ) -> tuple[list[np.ndarray], np.ndarray]:
-        """Gradient of the clipped squared log error for each parameter, and the step times.
+        """Gradient of the clipped squared log error for each parameter, and the step time of each
+        distinct row (a row's is ``times[grouped[4]]``).
 
         ``grouped``: the rows' cells and terms as :func:`cell_layout` lays them out. A row's
         gradient with respect to its cell's log weight of a term is the weight times the row's term
@@ -240,7 +241,7 @@ class LearnedRoofline:
             np.bincount(ch, per_cell[_WEIGHTS] + per_cell[_ACTIVATIONS], minlength=len(phi_m)),
             np.bincount(cv, per_cell[_FIXED], minlength=len(phi_f)),
         ]
-        return grads, distinct_total[row_distinct]
+        return grads, distinct_total
 
     def _set_part_means(self) -> None:
         """Each part's mean compute efficiency over the families seen on it."""
