@@ -266,7 +266,7 @@ def test_a_checkpointed_run_reads_back_each_fold_it_kept_and_resumes_at_one_it_l
     assert 0 < scores[1]["pairwise_lightgbm"]["band_coverage"] <= 1  # the band's inside flags came back
     files[0].unlink()
     resumed = run()["protocols"]["config_fold"]["models"]
-    assert sorted(kept.glob("*.json")) == files and not list(kept.glob("*.tmp"))
+    assert sorted(kept.glob("*.json")) == files and not list(kept.glob("*.partial"))
     assert same(scores[0], resumed, ("predict_us_per_row", "fit_s"))
     res = CliRunner().invoke(m.app, [str(small), "--models", "transfer_paired", "--seed", "3",
                                      "--checkpoint", str(tmp_path / "cli")])

@@ -83,9 +83,9 @@ def evaluate_part(table: Path, seed: int, specs: Sequence[Spec], make: Maker, sa
 def _saved(result: dict[str, Any], save: Path | None) -> dict[str, Any]:
     """``result``, written to ``save`` through a temporary file (a stopped run leaves no half part)."""
     if save is not None:
-        partial = save.with_suffix(".partial")
-        partial.write_bytes(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))
-        partial.replace(save)
+        from leap.training.measurements.runner import save_whole
+
+        save_whole(save, result)
     return result
 
 

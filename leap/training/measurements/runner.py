@@ -173,10 +173,16 @@ def _checkpointed(factory: ModelFactory, fold: Fold, full_rows: Rows, sizes: lis
     result = _fold_result(factory, fold, full_rows, sizes)
     if save is not None:
         save.parent.mkdir(parents=True, exist_ok=True)
-        part = save.with_suffix(".tmp")
-        part.write_bytes(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY, default=str))
-        part.replace(save)  # whole or absent: a run killed while writing leaves no half file
+        save_whole(save, result)
     return result
+
+
+def save_whole(path: Path, result: Mapping[str, Any]) -> None:
+    """``result`` as JSON at ``path``, through a temporary file: a run killed while writing leaves
+    the file whole or absent, never half written."""
+    partial = path.with_suffix(".partial")
+    partial.write_bytes(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY, default=str))
+    partial.replace(path)
 
 
 def _add(run: _ModelRun, result: Mapping[str, Any]) -> None:
