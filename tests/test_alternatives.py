@@ -292,3 +292,25 @@ def test_without_tune_the_parts_dir_keeps_each_table_fold_and_a_rerun_reads_them
     first, again = ({p: block["models"] for p, block in orjson.loads((tmp_path / f"{run}.json").read_bytes())
                      ["tables"]["tiny"]["protocols"].items()} for run in ("first", "again"))
     assert first == again  # fit times included: the folds were read back, not fitted again
+
+
+def _scores(result: dict[str, Any]) -> dict[str, Any]:
+    """A table's scores per protocol and model, without the times (which differ run by run)."""
+    return {protocol: {name: {k: v for k, v in scores.items() if k not in ("fit_s", "predict_us_per_row")}
+                       for name, scores in block["models"].items()}
+            for protocol, block in result["tables"]["tiny"]["protocols"].items()}
+
+
+def test_workers_fit_the_table_folds_in_processes_to_the_scores_of_one_process(tiny_table: Path,
+                                                                              tmp_path: Path) -> None:
+    args = ["alternatives", "--tables", str(tiny_table), "--models", "transfer,ridge", "--seed", "1"]
+    one = CliRunner().invoke(app, [*args, "--json", str(tmp_path / "one.json")])
+    two = CliRunner().invoke(app, [*args, "--workers", "2", "--parts-dir", str(tmp_path / "parts"),
+                                   "--json", str(tmp_path / "two.json")])
+    assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
+    assert "ridge under leave_one_workload_out: every fold kept" in two.output
+    folds = sum(orjson.loads((tmp_path / "one.json").read_bytes())["tables"]["tiny"]["protocols"][p]["folds"]
+                for p in ("config_fold", "leave_one_workload_out"))
+    assert len(list((tmp_path / "parts").glob("*.json"))) == 2 * folds  # every (model, fold), each once
+    assert _scores(orjson.loads((tmp_path / "two.json").read_bytes())) == _scores(
+        orjson.loads((tmp_path / "one.json").read_bytes()))

@@ -12,7 +12,9 @@ gives every family with knobs (the served model included) 20 settings and report
 the one chosen on the other tables (:mod:`leap.training.alternatives.tuning`); the JSON's ``tuning``
 holds every setting's scores and the choices. ``--workers 2`` runs that search in two processes
 (each LightGBM fit on one thread), ``--parts-dir D`` saves it part by part so that a stopped search
-resumes.
+resumes. Without ``--tune``, ``--parts-dir D`` keeps each model's predictions of each table fold,
+and ``--workers 2`` fits the folds in two processes, one model under one protocol a job
+(:func:`leap.training.alternatives.tables.fill_checkpoint`; with ``OMP_NUM_THREADS=1``).
 
 ``leap alternatives-report a.json b.json ... --markdown out.md --plot out.png`` merges saved
 results of the same seed and folds (e.g. cheap models and language models run apart, one table
@@ -90,8 +92,8 @@ def alternatives_cmd(
                                "family, by mean acc@10 over every one given; seeds used for nothing else).")] = None,
     tune_days: Annotated[int, typer.Option(min=1, help="Nightly retrains of --tune-history to choose on.")] = 3,
     workers: Annotated[int, typer.Option(
-        min=1, help="Processes for the --tune searches (tables, --tune-history); with more than one, each "
-                    "LightGBM fit takes one thread (its figures move a little with the thread count).")] = 1,
+        min=1, help="Processes for the --tune searches (each LightGBM fit then takes one thread), or without --tune "
+                    "for the tables' folds (one model under one protocol a job; set OMP_NUM_THREADS=1).")] = 1,
     parts_dir: Annotated[Path | None, typer.Option(
         "--parts-dir", help="Save each part of the --tune search here as it ends (without --tune: each model's "
                             "predictions of each table fold); a rerun of the same search and code reads the "
@@ -163,7 +165,8 @@ def _run(history: Path | None, names: list[str], paths: list[Path], nights: tupl
 
             results, tuning = tuned_tables(paths, names, tune, seed, console, workers, parts_dir)
         else:
-            results = evaluate_tables(paths, names, seed=seed, progress=console, checkpoint=parts_dir)
+            results = evaluate_tables(paths, names, seed=seed, progress=console, checkpoint=parts_dir,
+                                      workers=workers)
     except (measurement_error, ValueError, AlternativeUnavailable) as exc:
         raise _fail(str(exc)) from None
     out = {"models": names, "seed": seed, "simulator": simulator, "tables": results}
