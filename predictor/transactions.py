@@ -43,6 +43,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from leap.core.settings import Settings
 from predictor.commits import Offsets, produce, producer_config
+from streams.metrics import TRANSACTION_COMMIT
 from streams.resilience import KAFKA
 from streams.topics import deployment_headers
 
@@ -206,6 +207,7 @@ class ExactlyOnce:
         if self._opened_at is None or self.broken:
             return {}
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._offsets.items() if (t, p) in self.assigned]
+        began = time.perf_counter()
         try:
             if offsets:
                 # Unlike init, commit and abort, a timed-out send_offsets cannot be resumed (called
@@ -224,6 +226,7 @@ class ExactlyOnce:
             return self._recover(exc)
         except _Stuck as stuck:
             return self._replace(str(stuck))
+        TRANSACTION_COMMIT.observe(time.perf_counter() - began)
         self._done()
         return {}
 

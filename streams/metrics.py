@@ -21,6 +21,12 @@ SINCE_SUBMIT = Histogram(
     "Submission event_time (the scheduler's clock) to ranking emitted: queueing, outages and failovers included",
     buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0),
 )
+TRANSACTION_COMMIT = Histogram(
+    "leap_transaction_commit_seconds",
+    "Exactly-once predictor: one commit of its open transaction (offsets sent, then committed); its rankings are "
+    "readable once it ends",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, 30.0),
+)
 FEATURE_FRESHNESS = Histogram(
     "leap_feature_freshness_seconds",
     "Event time to feature applied in Redis",

@@ -33,7 +33,7 @@ from predictor.models import LookupTable
 from predictor.service import ActiveModel, ModelHolder, RankingService
 from streams.events import DeadLetter, Ranking, Submission
 from streams.topics import session_timeout
-from tests.factories import client_without_retries, free_port, late_redis_server, submission
+from tests.factories import client_without_retries, free_port, late_redis_server, metric, submission
 from tests.faults_support import wait_until
 
 CAT = load_catalogue()
@@ -200,6 +200,7 @@ def test_ranks_every_valid_submission_dead_letters_the_rest_and_commits_them(
     io = Topics(settings, routes)
     subs = [submission(f"{run_id}-{i}", i) for i in range(30)]
     settings = replace(settings, exactly_once=exactly_once, home=tmp_path)
+    commits_before = metric("leap_transaction_commit_seconds_count")
     try:
         with running(settings, service_on(store), routes) as loop:
             io.wait_ready(loop)
@@ -211,6 +212,8 @@ def test_ranks_every_valid_submission_dead_letters_the_rest_and_commits_them(
         assert io.committed(settings) == io.ends()  # every message: ranked or dead-lettered
     finally:
         store.delete_all()
+    commits = metric("leap_transaction_commit_seconds_count") - commits_before
+    assert (commits >= 1) if exactly_once else (commits == 0)  # each transaction's commit timed, only with them
     ours = [r for r in io.rankings if r.attempt_id in {s.attempt_id for s in subs}]
     assert sorted(r.submission_event_id for r in ours) == sorted(s.event_id for s in subs)  # one each
     assert {r.model_version for r in ours} == {"lookup-loop-test"}
