@@ -86,6 +86,9 @@ def test_e2e(topics: dict[str, str], rds: redis.Redis) -> None:
         assert med[f"{mode}_received"] == med[f"{mode}_published"] > 0, mode
         assert out[f"{mode}_model_versions"] == {"lookup": med[f"{mode}_received"]}  # the pinned model
     assert med["exactly_once_over_at_least_once"] > 0
+    # the worker's own commit histogram, read from its /metrics around each run
+    assert med["exactly_once_commits_per_s"] > 0 and med["exactly_once_commit_mean_ms"] > 0
+    assert med["exactly_once_commit_p99_ms_at_most"] > 0 and med["at_least_once_commits_per_s"] == 0
     assert med["published"] > 0
     assert med["received"] == med["published"], "every submission gets a ranking"
     assert med["latency_p50_ms"] > 0 and med["latency_p99_ms"] >= med["latency_p50_ms"]

@@ -27,7 +27,9 @@ in Kafka transactions, committed every ``--transaction-interval`` at most, or at
 ``both`` runs the two one after the other in one invocation (a worker of each, ``repeat`` runs
 each), reports every figure prefixed with the mode (``exactly_once_rankings_per_s``...), the
 unprefixed headline figures of the first one run (exactly_once, the default), and
-``exactly_once_over_at_least_once``: the ratio of their rankings/s run by run.
+``exactly_once_over_at_least_once``: the ratio of their rankings/s run by run. Each run also
+reports the worker's transaction commits, read from its ``/metrics`` before and after the run
+(``commits_per_s``, ``commit_mean_ms``, ``commit_p99_ms_at_most``: :mod:`leap.bench.worker_metrics`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +52,8 @@ from confluent_kafka.admin import AdminClient
 
 from features.store import FeatureStore, open_store
 from leap.bench.common import Figures, freeze_heap, percentiles_ms, report, say, scratch_prefix, unfreeze_heap
-from leap.bench.private_services import private_services
+from leap.bench.private_services import free_port, private_services
+from leap.bench.worker_metrics import Histogram, commit_figures, read_commits
 from leap.bench.workload import Workload, make_workload, seed_store
 from leap.core.hardware import load_catalogue
 from leap.core.settings import Settings
@@ -111,8 +115,9 @@ class BenchWorker(WorkerProcess):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("ab")
         extra = ["--model", str(model_dir)] if model_dir is not None else []
+        self.metrics_port = free_port()  # its commits are read there (leap.bench.worker_metrics)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leap.cli", "worker", role, "--metrics-port", "0", *extra],
+            [sys.executable, "-m", "leap.cli", "worker", role, "--metrics-port", str(self.metrics_port), *extra],
             cwd=SERVICES_ROOT, env=worker_env(settings), stdout=self._log, stderr=subprocess.STDOUT,
         )
 
@@ -212,14 +217,15 @@ def bare_loop(store: FeatureStore, pool: list[Submission], model: ActiveModel, b
 
 
 def repeat_runs(client: SchedulerClient, pool: list[Submission], rate: float, duration: float, window: int,
-                drain: float, repeat: int, store: FeatureStore,
-                model: ActiveModel, warmup: float = 0.0) -> tuple[list[Figures], dict[str, int]]:
+                drain: float, repeat: int, store: FeatureStore, model: ActiveModel, warmup: float = 0.0,
+                commits: Callable[[], Histogram] | None = None) -> tuple[list[Figures], dict[str, int]]:
     """``repeat`` runs of :func:`run_once` with one rankings follower, each followed by the bare
     loop (:func:`bare_loop`); the runs and the model versions of the rankings they got.
 
     First, ``warmup`` seconds of publishing at the same rate that are not recorded: a fresh broker's
     JVM and a fresh worker answer their first thousand requests slower than the rest, which put the
-    first run (and, with ``--delivery both``, the first mode) at a disadvantage."""
+    first run (and, with ``--delivery both``, the first mode) at a disadvantage. ``commits`` reads
+    the worker's commit histogram: each run then reports its commits (:func:`commit_figures`)."""
     collector = Collector(client)
     collector.start()
     runs: list[Figures] = []
@@ -230,7 +236,10 @@ def repeat_runs(client: SchedulerClient, pool: list[Submission], rate: float, du
                 f"p99 {warm['latency_p99_ms']:.1f} ms")
             collector.versions.clear()  # the report counts the recorded runs' rankings
         for r in range(repeat):
+            before, t0 = commits() if commits else None, time.monotonic()
             runs.append(run_once(client, collector, pool, rate, duration, window, drain))
+            if commits is not None and before is not None:
+                runs[-1].update(commit_figures(before, commits(), time.monotonic() - t0))
             runs[-1]["bare_rankings_per_s"] = bare_loop(store, pool, model)
             runs[-1]["ratio_to_bare"] = runs[-1]["rankings_per_s"] / runs[-1]["bare_rankings_per_s"]
             say(f"run {r + 1}/{repeat}: {runs[-1]['rate_achieved_per_s']:.0f}/s published, "
@@ -268,7 +277,8 @@ def delivery_runs(settings: Settings, delivery: str, role: str, model_dir: Path 
         with SchedulerClient(settings, deployment=store.layout.prefix) as client:
             ready_s, members = worker_ready(client, worker, pool[0], worker_settings, role, startup_timeout)
             runs, versions = repeat_runs(client, pool, load.rate, load.duration, load.window, load.drain,
-                                         load.repeat, store, model, load.warmup)
+                                         load.repeat, store, model, load.warmup,
+                                         lambda: read_commits(worker.metrics_port))
     finally:
         unfreeze_heap()
         if worker is not None:
