@@ -230,7 +230,10 @@ def test_a_broker_killed_mid_stream_loses_and_doubles_nothing(three_brokers: Set
             time.sleep(6)
             start_node(cluster, victim, lambda _msg: None)  # back, while events still flow
 
-        _stream_and_check(cluster, rds, run_id, 11, 16.0, broker_dies_and_returns)
+        try:
+            _stream_and_check(cluster, rds, run_id, 11, 16.0, broker_dies_and_returns)
+        except AssertionError as exc:  # what the worker said is the story of a ranking it never sent
+            raise AssertionError(f"{exc}\nworker log:\n{workers['all'].log_tail(120)}") from None
         assert workers["all"].alive(), workers["all"].log_tail()
     finally:
         workers.stop_all()
