@@ -196,6 +196,7 @@ class ConfluentPredictor:
         self._stash = [m for m in self._stash if (m.topic(), m.partition()) not in offsets]
         for (topic, partition), offset in offsets.items():
             self.consumer.seek(TopicPartition(topic, partition, offset))
+        log.info("read again from %s", ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(offsets.items())))
 
     # ------------------------------------------------------------------ the loop
 
