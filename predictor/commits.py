@@ -51,13 +51,24 @@ def batch_offsets(msgs: Sequence[SourceOffset]) -> Offsets:
     return out
 
 
-def first_offsets(msgs: Sequence[SourceOffset]) -> Offsets:
-    """The first offset of each partition in ``msgs``: where a rewind of the batch seeks to."""
-    out: Offsets = {}
-    for m in msgs:
-        key = (m.topic, m.partition)
-        out[key] = min(out.get(key, m.offset), m.offset)
-    return out
+class ConsumedMessage:
+    """A consumed confluent-kafka message in the shape the batch handler reads
+    (:class:`streams.app.SourceEvent` and :class:`streams.app.SourceMessage` at once), kept by an
+    :class:`Output` until its batch is committed: an aborted transaction's batches are handled
+    again from these, never read again from the broker."""
+
+    __slots__ = ("key", "offset", "partition", "topic", "value")
+
+    def __init__(self, msg: Message) -> None:
+        self.topic: str = msg.topic() or ""
+        self.partition: int = msg.partition() or 0
+        self.offset: int = msg.offset() or 0
+        self.key: bytes | None = msg.key()
+        self.value: bytes | None = msg.value()
+
+    @property
+    def message(self) -> ConsumedMessage:
+        return self
 
 
 class DeliveryFailed(RuntimeError):
@@ -67,25 +78,26 @@ class DeliveryFailed(RuntimeError):
 class Output(Protocol):
     """Sends a batch's messages and commits its offsets (the loop's only producer).
 
-    ``commit``, ``end_batch`` and ``revoke`` return the offsets the loop must read again from
-    (an aborted transaction's, or a batch dropped because it was aborted too); empty: none.
+    ``commit``, ``end_batch`` and ``revoke`` return the messages the loop must handle again, in
+    the order they were consumed (an aborted transaction's batches, or a batch dropped because it
+    was aborted too); empty: none.
     """
 
-    def begin_batch(self, offsets: Offsets, first: Offsets) -> None: ...
+    def begin_batch(self, msgs: Sequence[ConsumedMessage]) -> None: ...
 
     def send(self, topic: str, key: bytes, value: bytes) -> None: ...
 
-    def end_batch(self, handled: bool) -> Offsets: ...
+    def end_batch(self, handled: bool) -> list[ConsumedMessage]: ...
 
     def due(self, idle: bool) -> bool: ...
 
     def until_due(self) -> float | None: ...
 
-    def commit(self, asynchronous: bool = True) -> Offsets: ...
+    def commit(self, asynchronous: bool = True) -> list[ConsumedMessage]: ...
 
     def keepalive(self) -> None: ...
 
-    def revoke(self, gone: set[tuple[str, int]]) -> Offsets: ...
+    def revoke(self, gone: set[tuple[str, int]]) -> list[ConsumedMessage]: ...
 
     def lose(self, gone: set[tuple[str, int]]) -> None: ...
 
@@ -181,8 +193,8 @@ class AtLeastOnce:
         self._batch: Batch | None = None
         self._next_commit = 0.0
 
-    def begin_batch(self, offsets: Offsets, first: Offsets) -> None:
-        self._batch = Batch(offsets)
+    def begin_batch(self, msgs: Sequence[ConsumedMessage]) -> None:
+        self._batch = Batch(batch_offsets(msgs))
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:
         batch = self._batch
@@ -190,14 +202,14 @@ class AtLeastOnce:
         produce(self.producer, topic, key, value, on_delivery=batch.delivered, headers=self.headers)
         batch.outstanding += 1
 
-    def end_batch(self, handled: bool) -> Offsets:
+    def end_batch(self, handled: bool) -> list[ConsumedMessage]:
         batch, self._batch = self._batch, None
         assert batch is not None
         if not handled:
             batch.failed = "its handler did not finish"  # never committed, nor anything after it
         self.commits.pending.append(batch)
         self.producer.poll(0)
-        return {}
+        return []
 
     def due(self, idle: bool) -> bool:
         return time.monotonic() >= self._next_commit
@@ -205,7 +217,7 @@ class AtLeastOnce:
     def until_due(self) -> float | None:
         return None  # commits wait for the loop: they need the batch's deliveries anyway
 
-    def commit(self, asynchronous: bool = True) -> Offsets:
+    def commit(self, asynchronous: bool = True) -> list[ConsumedMessage]:
         """Commit the acknowledged prefix; raise :class:`DeliveryFailed` after a refused delivery."""
         self._next_commit = time.monotonic() + COMMIT_EVERY_S
         self.producer.poll(0)  # serve delivery reports
@@ -221,16 +233,16 @@ class AtLeastOnce:
                 log.warning("committing %d offset(s) failed: %s", len(offsets), exc)
         if self.commits.failed is not None:
             raise DeliveryFailed(self.commits.failed)
-        return {}
+        return []
 
     def keepalive(self) -> None:
         self.producer.poll(0)
 
-    def revoke(self, gone: set[tuple[str, int]]) -> Offsets:
+    def revoke(self, gone: set[tuple[str, int]]) -> list[ConsumedMessage]:
         self.producer.flush(30)  # what was sent for finished batches: acknowledged before it is committed
         self.commit(asynchronous=False)
         self.commits.forget(gone)
-        return {}
+        return []
 
     def lose(self, gone: set[tuple[str, int]]) -> None:
         self.commits.forget(gone)  # no commit: they may be another's

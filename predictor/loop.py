@@ -16,6 +16,9 @@ How a batch moves:
   the group does not evict the worker for exceeding ``max.poll.interval.ms``; a partition a
   rebalance assigns is paused too while such a batch runs and resumed otherwise (librdkafka
   would keep an earlier pause across the rebalance);
+- **an aborted transaction** hands its batches back (:class:`predictor.commits.Output` keeps
+  them until committed): they are handled again before anything taken since, and the consumer
+  never moves back (no ``seek``: :mod:`predictor.transactions` says why);
 - **a failed handler or delivery** leaves the batch uncommitted and the worker exits
   (:data:`streams.app.EXIT_UNPROCESSED`); its replacement reads the batch again.
 """
@@ -35,7 +38,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from leap.core.settings import Settings
-from predictor.commits import AtLeastOnce, Offsets, Output, batch_offsets, first_offsets
+from predictor.commits import AtLeastOnce, ConsumedMessage, Output
 from predictor.handler import PREDICT_BATCH_MAX, handle_submissions
 from predictor.service import RankingService
 from predictor.transactions import ExactlyOnce, worker_identity
@@ -86,24 +89,6 @@ def consumer_config(settings: Settings, group: str) -> dict[str, Any]:
     })
 
 
-class ConsumedMessage:
-    """A consumed confluent-kafka message in the shape the batch handler reads
-    (:class:`streams.app.SourceEvent` and :class:`streams.app.SourceMessage` at once)."""
-
-    __slots__ = ("key", "offset", "partition", "topic", "value")
-
-    def __init__(self, msg: Message) -> None:
-        self.topic: str = msg.topic() or ""
-        self.partition: int = msg.partition() or 0
-        self.offset: int = msg.offset() or 0
-        self.key: bytes | None = msg.key()
-        self.value: bytes | None = msg.value()
-
-    @property
-    def message(self) -> ConsumedMessage:
-        return self
-
-
 class ConfluentPredictor:
     """The predictor worker's consume, rank, produce, commit loop.
 
@@ -140,7 +125,8 @@ class ConfluentPredictor:
         else:
             self.output = AtLeastOnce(settings, self.consumer, self.assigned)
         self.stopping = False
-        self._stash: list[Message] = []  # taken while a long batch kept the consumer polled
+        # handed back by an aborted transaction, or taken while a long batch kept the consumer polled
+        self._stash: list[ConsumedMessage] = []
         self._paused = False
         self.housekeeping_every = settings.catalogue_reload_interval
         self._due = {"lag": 0.0, "housekeeping": time.monotonic() + self.housekeeping_every,
@@ -174,9 +160,9 @@ class ConfluentPredictor:
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
-        rewind = self.output.revoke(gone)
-        self._rewind({key: offset for key, offset in rewind.items() if key not in gone})
+        again = self.output.revoke(gone)
         self._forget(gone)
+        self._handle_again(again)
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -186,34 +172,42 @@ class ConfluentPredictor:
     def _forget(self, gone: set[tuple[str, int]]) -> None:
         self.revocations += 1
         self.assigned -= gone
-        self._stash = [m for m in self._stash if (m.topic(), m.partition()) not in gone]
+        self._stash = [m for m in self._stash if (m.topic, m.partition) not in gone]
         log.info("revoked %d partition(s)", len(gone))
 
-    def _rewind(self, offsets: Offsets) -> None:
-        """Read again from ``offsets`` (an aborted transaction's first offsets)."""
-        if not offsets:
-            return
-        self._stash = [m for m in self._stash if (m.topic(), m.partition()) not in offsets]
-        for (topic, partition), offset in offsets.items():
-            self.consumer.seek(TopicPartition(topic, partition, offset))
-        log.info("read again from %s", ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(offsets.items())))
+    def _handle_again(self, msgs: list[ConsumedMessage]) -> None:
+        """Handle ``msgs`` (an aborted transaction's batches, in consumption order) before anything
+        taken since, which they precede. Those of partitions no longer assigned are their new
+        owner's, who reads them from the group's committed offsets."""
+        again = [m for m in msgs if (m.topic, m.partition) in self.assigned]
+        if again:
+            self._stash = again + self._stash
+            log.info("handling %d submission(s) of an aborted transaction again", len(again))
 
     # ------------------------------------------------------------------ the loop
 
-    def _take(self, wait: float) -> list[Message]:
-        """What has arrived, waiting up to ``wait`` seconds for a first message."""
-        msgs, self._stash = self._stash, []
-        if not msgs:
+    def _take(self, wait: float) -> list[ConsumedMessage]:
+        """What has arrived, after what was handed back or stashed, waiting up to ``wait`` seconds
+        for a first message when there is none."""
+        out, self._stash = self._stash[:PREDICT_BATCH_MAX], self._stash[PREDICT_BATCH_MAX:]
+        raw: list[Message] = []
+        if not out:
             first = self.consumer.poll(wait)
             if first is None:
                 return []
-            msgs = [first]
-        msgs.extend(self.consumer.consume(max(0, PREDICT_BATCH_MAX - len(msgs)), timeout=0))
+            raw.append(first)
+        room = PREDICT_BATCH_MAX - len(out) - len(raw)
+        if room > 0:
+            raw.extend(self.consumer.consume(room, timeout=0))
+        return out + self._arrived(raw)
+
+    def _arrived(self, msgs: list[Message]) -> list[ConsumedMessage]:
+        """The submissions among ``msgs``; errors said, an unreachable broker marked down."""
         out = []
         for m in msgs:
             err = m.error()
             if err is None:
-                out.append(m)
+                out.append(ConsumedMessage(m))
             elif err.code() in UNREACHABLE:
                 KAFKA.mark_down(KafkaUnreachable(err.str()))
             elif err.code() != KafkaError._PARTITION_EOF:
@@ -234,36 +228,35 @@ class ConfluentPredictor:
             if task.done():
                 break
             if self.output.due(False):
-                self._rewind(self.output.commit())
+                self._handle_again(self.output.commit())
             if time.monotonic() - started < KEEPALIVE_S:
                 continue
             if not self._paused:
                 self.consumer.pause(self.consumer.assignment())
                 self._paused = True
-                self._rewind(self.output.commit())  # earlier batches: not held back by this one
+                self._handle_again(self.output.commit())  # earlier batches: not held back by this one
             self.output.keepalive()
             msg = self.consumer.poll(0)
             if msg is not None:
-                self._stash.append(msg)
+                self._stash += self._arrived([msg])
         if self._paused:
             self.consumer.resume(self.consumer.assignment())
             self._paused = False
         task.result()
 
-    async def _handle(self, msgs: list[Message]) -> None:
-        batch = [ConsumedMessage(m) for m in msgs]
-        self.output.begin_batch(batch_offsets(batch), first_offsets(batch))
+    async def _handle(self, batch: list[ConsumedMessage]) -> None:
+        self.output.begin_batch(batch)
         handled = False
         try:
             await self._await_handled(handle_submissions(batch, self.service, self.send_ranking,
                                                          self.send_dead_letter))
             handled = True
         finally:
-            self._rewind(self.output.end_batch(handled))
+            self._handle_again(self.output.end_batch(handled))
 
     def _timers(self, idle: bool) -> None:
         if self.output.due(idle):
-            self._rewind(self.output.commit())
+            self._handle_again(self.output.commit())
         now = time.monotonic()
         if now >= self._due["lag"]:
             self._export_lag()

@@ -17,14 +17,20 @@ offsets behind: whoever takes its partitions ranks those submissions again, once
   the loop commits meanwhile). At low rates each batch is its own transaction; at high rates one
   transaction carries the batches produced within the interval.
 - **errors** (librdkafka's classes): retriable ones are retried (the broker is away: said once,
-  ``kafka is unavailable`` / ``kafka is back``); one that requires an abort aborts and rewinds
-  the consumer to the transaction's first offsets, so the batches are ranked again. A fatal one
-  is a fenced producer: the broker aborted a transaction that outlived its timeout (a worker
-  starved of CPU, a broker restart) and bumped the producer's epoch, or a newer instance took
-  this id. The loop then starts a new producer under the same id (which fences any other holder
-  in turn) and rewinds the same way, as it does after any other failed call (a request that timed
-  out while a restarted broker loaded its transaction log); more than :data:`MAX_RESTARTS` a
-  minute (two live workers sharing an id) stop the worker (exit 75), nothing committed.
+  ``kafka is unavailable`` / ``kafka is back``); one that requires an abort aborts, and the
+  transaction's batches (and one in flight, dropped) are handed back to the loop, which ranks
+  them again. A fatal one is a fenced producer: the broker aborted a transaction that outlived its
+  timeout (a worker starved of CPU, a broker restart) and bumped the producer's epoch, or a newer
+  instance took this id. The loop then starts a new producer under the same id (which fences any
+  other holder in turn) and hands the batches back the same way, as it does after any other
+  failed call (a request that timed out while a restarted broker loaded its transaction log);
+  more than :data:`MAX_RESTARTS` a minute (two live workers sharing an id) stop the worker
+  (exit 75), nothing committed.
+- **batches are kept until committed**, and handed back from memory rather than read again from
+  the broker: the consumer never moves back. confluent-kafka's ``seek`` waits without a limit
+  for the partition's fetcher to take it (a killed-broker test saw the loop stall for good right
+  after such a rewind), and librdkafka can replace a seek with a position it was still settling
+  (confluentinc/librdkafka#2256), which loses the batches.
 """
 
 from __future__ import annotations
@@ -36,13 +42,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from leap.core.settings import Settings
-from predictor.commits import Offsets, produce, producer_config
+from predictor.commits import ConsumedMessage, Offsets, batch_offsets, produce, producer_config
 from streams.metrics import TRANSACTION_COMMIT
 from streams.resilience import KAFKA
 from streams.topics import deployment_headers
@@ -119,7 +125,7 @@ class ExactlyOnce:
     settings
         Broker connection and ``transaction_interval``.
     consumer
-        The loop's consumer (its group metadata goes with the offsets; a rewind seeks it).
+        The loop's consumer (its group metadata goes with the offsets).
     assigned
         The loop's set of assigned partitions (shared, kept current by the loop).
     transactional_id
@@ -139,38 +145,38 @@ class ExactlyOnce:
         })
         self.producer = Producer(self.config)
         self.headers = deployment_headers(settings)
-        self.aborted = 0  # transactions aborted (and their batches rewound) so far
+        self.aborted = 0  # transactions aborted (and their batches handed back) so far
         self.restarts: list[float] = []  # when a fenced producer was replaced
         self.broken = False  # a transactional call failed for good: nothing more is tried, the worker exits
         self._buffer: list[tuple[str, bytes, bytes]] = []
-        self._batch: tuple[Offsets, Offsets] | None = None
+        self._batch: list[ConsumedMessage] | None = None  # the batch in flight
         self._opened_at: float | None = None  # None: no transaction open
         self._offsets: Offsets = {}  # next offsets to commit with the open transaction
-        self._first: Offsets = {}  # where a rewind of the open transaction seeks to
-        self._void = False  # the batch in flight was rewound with an aborted transaction: drop it
+        self._held: list[ConsumedMessage] = []  # the open transaction's batches, in consumption order
+        self._void = False  # the batch in flight was handed back with an aborted transaction: drop it
         self._start_producer()
 
     # ------------------------------------------------------------------ a batch
 
-    def begin_batch(self, offsets: Offsets, first: Offsets) -> None:
-        self._batch = (offsets, first)
+    def begin_batch(self, msgs: Sequence[ConsumedMessage]) -> None:
+        self._batch = list(msgs)
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:
         assert self._batch is not None, "a send outside a batch"
         self._buffer.append((topic, key, value))
 
-    def end_batch(self, handled: bool) -> Offsets:
+    def end_batch(self, handled: bool) -> list[ConsumedMessage]:
         batch, self._batch = self._batch, None
         buffered, self._buffer = self._buffer, []
         void, self._void = self._void, False
         if not handled or batch is None or void:
-            return {}  # not produced: the worker exits, or the abort already rewound past it
-        offsets, first = batch
+            return []  # not produced: the worker exits, or the abort already handed it back
+        offsets = batch_offsets(batch)
         if not offsets.keys() <= self.assigned:
             # A rebalance took some of its partitions meanwhile: their new owner ranks those
-            # submissions, and the rest is read again here.
-            return {key: offset for key, offset in first.items() if key in self.assigned}
-        self._batch = batch  # in flight until produced: a failure below rewinds it with the rest
+            # submissions, and the rest is handled again here.
+            return self._still_ours(batch)
+        self._batch = batch  # in flight until produced: a failure below hands it back with the rest
         try:
             if self._opened_at is None:
                 self.producer.begin_transaction()
@@ -178,15 +184,14 @@ class ExactlyOnce:
             for topic, key, value in buffered:
                 produce(self.producer, topic, key, value, headers=self.headers)
         except KafkaException as exc:
-            rewind = self._recover(exc)
+            again = self._recover(exc)
             self._batch, self._void = None, False
-            return rewind
+            return again
         self._batch = None
         self._offsets.update(offsets)
-        for partition, offset in first.items():
-            self._first.setdefault(partition, offset)
+        self._held += batch
         self.producer.poll(0)
-        return {}
+        return []
 
     def due(self, idle: bool) -> bool:
         return self._opened_at is not None and (idle or time.monotonic() - self._opened_at >= self.interval)
@@ -201,11 +206,11 @@ class ExactlyOnce:
 
     # ------------------------------------------------------------------ commit, abort
 
-    def commit(self, asynchronous: bool = True) -> Offsets:
-        """Commit the open transaction with its offsets. Returns the offsets to rewind to when it
-        had to be aborted instead (empty when committed or when nothing was open)."""
+    def commit(self, asynchronous: bool = True) -> list[ConsumedMessage]:
+        """Commit the open transaction with its offsets. Returns its batches to handle again when
+        it had to be aborted instead (empty when committed or when nothing was open)."""
         if self._opened_at is None or self.broken:
-            return {}
+            return []
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._offsets.items() if (t, p) in self.assigned]
         began = time.perf_counter()
         try:
@@ -228,11 +233,11 @@ class ExactlyOnce:
             return self._replace(str(stuck))
         TRANSACTION_COMMIT.observe(time.perf_counter() - began)
         self._done()
-        return {}
+        return []
 
-    def abort(self) -> Offsets:
-        """Abort the open transaction; the offsets to rewind the consumer to."""
-        rewind = self._rewind_offsets()
+    def abort(self) -> list[ConsumedMessage]:
+        """Abort the open transaction; its batches (and one in flight) to handle again."""
+        again = self._handed_back()
         if self._opened_at is not None and not self.broken:
             try:
                 self._call("abort_transaction", "aborting", GIVE_UP_S)
@@ -244,21 +249,22 @@ class ExactlyOnce:
                 return self._replace(f"{stuck} while aborting")
             self.aborted += 1
         self._done()
-        return rewind
+        return again
 
-    def _rewind_offsets(self) -> Offsets:
-        """Where the consumer reads again after the open transaction is given up: its first offsets,
-        and those of a batch in flight (which comes after it, and is dropped)."""
-        rewind = {key: offset for key, offset in self._first.items() if key in self.assigned}
+    def _handed_back(self) -> list[ConsumedMessage]:
+        """What the loop handles again when the open transaction is given up: its batches, then a
+        batch in flight (which is dropped), of the partitions still assigned."""
+        again = self._still_ours(self._held)
         if self._batch is not None:
             self._void = True
-            for key, offset in self._batch[1].items():
-                if key in self.assigned:
-                    rewind[key] = min(rewind.get(key, offset), offset)
-        return rewind
+            again += self._still_ours(self._batch)
+        return again
 
-    def _recover(self, exc: KafkaException) -> Offsets:
-        """After a failed transactional call: abort, or replace the producer; the offsets to rewind to.
+    def _still_ours(self, msgs: list[ConsumedMessage]) -> list[ConsumedMessage]:
+        return [m for m in msgs if (m.topic, m.partition) in self.assigned]
+
+    def _recover(self, exc: KafkaException) -> list[ConsumedMessage]:
+        """After a failed transactional call: abort, or replace the producer; the batches to handle again.
 
         An error that requires an abort aborts. Any other (a fenced producer, or a call that failed
         otherwise: ``send_offsets_to_transaction`` whose request timed out while a restarted broker
@@ -272,9 +278,9 @@ class ExactlyOnce:
             return self.abort()
         return self._replace(f"{'fenced' if _fatal(err) else 'failed'} ({err.str()})", exc)
 
-    def _replace(self, why: str, exc: Exception | None = None) -> Offsets:
+    def _replace(self, why: str, exc: Exception | None = None) -> list[ConsumedMessage]:
         """Give the producer up and start a new one under the same id (its ``init_transactions``
-        aborts what the old one left open, and fences it); the offsets to rewind to. More than
+        aborts what the old one left open, and fences it); the batches to handle again. More than
         :data:`MAX_RESTARTS` a minute leave the output :attr:`broken` and raise."""
         now = time.monotonic()
         self.restarts = [t for t in self.restarts if now - t < 60.0] + [now]
@@ -285,14 +291,15 @@ class ExactlyOnce:
                                                            "times in a minute")
         log.warning("transactional producer %s: a new one under %s; its batches are read again",
                     why, self.transactional_id)
-        rewind = self._rewind_offsets()
+        again = self._handed_back()
         try:
             self._start_producer()
         except _Stuck as stuck:  # counted as one more replacement: MAX_RESTARTS bounds the attempts
             self._done()
-            return {**self._replace(str(stuck)), **rewind}
+            self._replace(str(stuck))  # nothing more to hand back: all of it is in ``again``
+            return again
         self._done()
-        return rewind
+        return again
 
     def _start_producer(self) -> None:
         """A new producer under this output's transactional id, its transactions initialised (which
@@ -315,7 +322,7 @@ class ExactlyOnce:
     def _done(self) -> None:
         self._opened_at = None
         self._offsets = {}
-        self._first = {}
+        self._held = []
 
     def _retry(self, call: Callable[[], T], what: str, give_up_s: float | None = None) -> T:
         """``call()``, again while it fails with a retriable error (the broker is away), saying so
@@ -348,7 +355,7 @@ class ExactlyOnce:
     def keepalive(self) -> None:
         self.producer.poll(0)
 
-    def revoke(self, gone: set[tuple[str, int]]) -> Offsets:
+    def revoke(self, gone: set[tuple[str, int]]) -> list[ConsumedMessage]:
         return self.commit()  # before the partitions go: their new owner starts where this transaction ends
 
     def lose(self, gone: set[tuple[str, int]]) -> None:
