@@ -2,9 +2,10 @@
 
 Two feature workers and two predictor workers start in their consumer groups; while a producer
 publishes finishes, starts and submissions, a third of each joins and a first of each leaves.
-Afterwards: every submission has a ranking, the rankings of one job came in submission order,
-and the features in Redis equal a clean single pass over the same events (``rebuild-features``),
-so no finish was counted twice or lost.
+Afterwards: every submission has exactly one ranking (for a ``read_committed`` reader), the
+rankings of one job came in submission order, and the features in Redis equal a clean single pass
+over the same events (``rebuild-features``), so no finish was counted twice or lost. The same
+checks follow a broker killed and restarted mid-stream on the three-broker cluster.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import random
 import signal
 import threading
 import time
+import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +25,7 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
@@ -31,7 +35,7 @@ from leap.replay.cli import app
 from leap.services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Ranking
-from streams.topics import JOB_FINISHES, JOB_STARTS, SUBMISSIONS, consumer_group, skip_to_end
+from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS, consumer_group, skip_to_end
 from tests.conftest import wait_until_ranking
 from tests.factories import T0, finish_dict, start, submission
 
@@ -148,8 +152,9 @@ def test_workers_join_and_leave_while_events_flow(scale_settings: Settings, pool
 
 def _stream_and_check(settings: Settings, rds: redis.Redis, run_id: str, seed: int, seconds: float,
                       meanwhile: Callable[[], None]) -> dict[str, tuple[Ranking, float]]:
-    """Publish the run's events over ``seconds`` while ``meanwhile`` runs; then every submission has a
-    ranking and the features equal a clean rebuild (nothing lost, nothing counted twice)."""
+    """Publish the run's events over ``seconds`` while ``meanwhile`` runs; then every submission has
+    exactly one ranking for a ``read_committed`` reader and the features equal a clean rebuild
+    (nothing lost, nothing counted twice)."""
     events = _events(run_id, random.Random(seed))
     started = time.time() - 2
     with SchedulerClient(settings) as client:
@@ -160,12 +165,61 @@ def _stream_and_check(settings: Settings, rds: redis.Redis, run_id: str, seed: i
         attempts = [f"{run_id}-job{j}-att-{k}" for j in range(JOBS) for k in range(ROUNDS)]
         got = client.wait_for(attempts, timeout=120)
     missing = sorted(set(attempts) - set(got))
-    assert not missing, f"{len(missing)} submissions without a ranking, e.g. {missing[:3]}"
+    assert not missing, (f"{len(missing)} submissions without a ranking, e.g. {missing[:3]}\n"
+                         + "\n".join(_where(settings, started, missing[:5])))
+    copies = _rankings_read_committed(settings, started, attempts)
+    doubled = sorted(a for a in attempts if copies[a] != 1)
+    assert not doubled, (f"{len(doubled)} submissions ranked more than once, e.g. {doubled[:3]}\n"
+                         + "\n".join(_where(settings, started, doubled[:5])))
     _wait_applied(rds, settings.key_prefix, [f"{run_id}-job{j}" for j in range(JOBS)], per_job=2 * ROUNDS)
     out = _rebuild(settings, started, run_id)
     assert out["events"] == 2 * JOBS * ROUNDS and out["duplicates"] == 0
     assert out["mismatches"] == 0, out["details"]
     return got
+
+
+def _read_since(settings: Settings, topic: str, started: float, isolation: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every message of ``topic`` since ``started`` (the end: nothing
+    more for 2 s), read with ``isolation``."""
+    reader = Consumer(settings.confluent_config(**{"group.id": f"since-{uuid.uuid4().hex[:8]}",
+                                                   "enable.auto.commit": False, "isolation.level": isolation}))
+    out: list[tuple[int, int, bytes]] = []
+    try:
+        parts = list(reader.list_topics(topic, timeout=10).topics[topic].partitions)
+        reader.assign(reader.offsets_for_times([TopicPartition(topic, p, int(started * 1000)) for p in parts], 10))
+        while msgs := reader.consume(500, timeout=2.0):
+            out += [(m.partition() or 0, m.offset() or 0, m.value() or b"") for m in msgs if m.error() is None]
+    finally:
+        reader.close()
+    return out
+
+
+def _rankings_read_committed(settings: Settings, started: float, attempts: list[str]) -> Counter[str]:
+    """How many rankings of each of ``attempts`` a ``read_committed`` reader sees (exactly once: 1)."""
+    wanted = set(attempts)
+    return Counter(r.attempt_id for _, _, value in _read_since(settings, RANKINGS.name, started, "read_committed")
+                   if (r := Ranking.decode(value)).attempt_id in wanted)
+
+
+def _where(settings: Settings, started: float, attempts: list[str]) -> list[str]:
+    """Where each of ``attempts`` went: its submission's offset, every copy of its ranking read
+    uncommitted (those of aborted transactions too), and the predictor group's committed offset of
+    the submission's partition (past the submission: the group went on without its ranking)."""
+    places: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for topic in (SUBMISSIONS.name, RANKINGS.name):
+        for partition, offset, value in _read_since(settings, topic, started, "read_uncommitted"):
+            for attempt in (a for a in attempts if a.encode() in value):
+                places.setdefault((topic, attempt), []).append((partition, offset))
+    group = Consumer(settings.confluent_config(**{"group.id": consumer_group(settings, "predictor")}))
+    try:
+        subs = {a: places.get((SUBMISSIONS.name, a), []) for a in attempts}
+        asked = sorted({p for found in subs.values() for p, _ in found})
+        committed = {tp.partition: tp.offset for tp in
+                     group.committed([TopicPartition(SUBMISSIONS.name, p) for p in asked], timeout=10)}
+    finally:
+        group.close()
+    return [f"{a}: submission at {subs[a]}, rankings read uncommitted at {places.get((RANKINGS.name, a), [])}, "
+            f"group committed {[committed.get(p) for p, _ in subs[a]]}" for a in attempts]
 
 
 def _await_members(settings: Settings, members: int, timeout: float = 90) -> None:
