@@ -28,8 +28,8 @@ offsets behind: whoever takes its partitions ranks those submissions again, once
   (exit 75), nothing committed.
 - **batches are kept until committed**, and handed back from memory rather than read again from
   the broker: the consumer never moves back. confluent-kafka's ``seek`` waits without a limit
-  for the partition's fetcher to take it (a killed-broker test saw the loop stall for good right
-  after such a rewind), and librdkafka can replace a seek with a position it was still settling
+  for the partition's fetcher to take it (a killed-broker test saw the loop stall for good after
+  such a rewind), and librdkafka can replace a seek with a position it was still settling
   (confluentinc/librdkafka#2256), which loses the batches.
 """
 
