@@ -35,7 +35,15 @@ from leap.replay.cli import app
 from leap.services.workers import WorkerProcess
 from streams.client import SchedulerClient
 from streams.events import Ranking
-from streams.topics import JOB_FINISHES, JOB_STARTS, RANKINGS, SUBMISSIONS, consumer_group, skip_to_end
+from streams.topics import (
+    DEPLOYMENT_HEADER,
+    JOB_FINISHES,
+    JOB_STARTS,
+    RANKINGS,
+    SUBMISSIONS,
+    consumer_group,
+    skip_to_end,
+)
 from tests.conftest import wait_until_ranking
 from tests.factories import T0, finish_dict, start, submission
 
@@ -180,15 +188,20 @@ def _stream_and_check(settings: Settings, rds: redis.Redis, run_id: str, seed: i
 
 def _read_since(settings: Settings, topic: str, started: float, isolation: str) -> list[tuple[int, int, bytes]]:
     """(partition, offset, value) of every message of ``topic`` since ``started`` (the end: nothing
-    more for 2 s), read with ``isolation``."""
+    more for 2 s), read with ``isolation``; of rankings, only this deployment's (other workers on the
+    shared broker, under other key prefixes, rank every submission too)."""
     reader = Consumer(settings.confluent_config(**{"group.id": f"since-{uuid.uuid4().hex[:8]}",
                                                    "enable.auto.commit": False, "isolation.level": isolation}))
+    ours = settings.key_prefix.encode()
     out: list[tuple[int, int, bytes]] = []
     try:
         parts = list(reader.list_topics(topic, timeout=10).topics[topic].partitions)
         reader.assign(reader.offsets_for_times([TopicPartition(topic, p, int(started * 1000)) for p in parts], 10))
         while msgs := reader.consume(500, timeout=2.0):
-            out += [(m.partition() or 0, m.offset() or 0, m.value() or b"") for m in msgs if m.error() is None]
+            for m in msgs:
+                theirs = topic == RANKINGS.name and dict(m.headers() or []).get(DEPLOYMENT_HEADER) != ours
+                if m.error() is None and not theirs:
+                    out.append((m.partition() or 0, m.offset() or 0, m.value() or b""))
     finally:
         reader.close()
     return out
