@@ -47,6 +47,7 @@ from predictor.boosting import (
     CATEGORY_SETTINGS,
     FEW_ROWS_CATEGORY_SETTINGS,
     HOLDOUT_FROM,
+    JOB_EFFECT_COARSENING,
     SMALL_ROWS,
     SMALL_SIZE,
     job_effects,
@@ -479,18 +480,19 @@ class LightGBMThroughput(ThroughputModel):
         if self.base_linear:
             params.update(linear_tree=True, linear_lambda=0.1)
 
-        def train_base(target: np.ndarray) -> tuple[lgb.Booster, np.ndarray]:
+        def train_base(target: np.ndarray, coarsen: int = 1) -> tuple[lgb.Booster, np.ndarray]:
             data = lgb.Dataset(
                 self._base_matrix(rows), label=target, feature_name=self.base_features_,
                 categorical_feature=[c for c in self.base_features_ if c in CATEGORICAL],
             )
-            return train_and_score(params, data, int(self.size_["n_estimators"]))
+            rate, rounds = params["learning_rate"] * coarsen, max(1, int(self.size_["n_estimators"]) // coarsen)
+            return train_and_score({**params, "learning_rate": rate}, data, rounds)
 
         target = np.log(y)
         if groups is not None and self.job_effects:
             # Fitted on targets with each job's own speed factor removed, so that the base learns
-            # the hardware, not the jobs; a first fit estimates the factors (its residuals' means).
-            _, fitted = train_base(target)
+            # the hardware, not the jobs; a first, coarser fit estimates the factors (its residuals' means).
+            _, fitted = train_base(target, JOB_EFFECT_COARSENING if len(y) >= HOLDOUT_FROM else 1)
             target = target - job_effects(target - fitted, groups)
         # The roofline reads the configuration; fitting one to a handful of rows says nothing.
         if self.learned_roofline and "config" in self.feature_groups and usable_rows(rows) >= 1000:

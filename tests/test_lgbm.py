@@ -12,7 +12,7 @@ from leap.core.accuracy import TRUST_GRID, summary
 from leap.core.hardware import load_catalogue
 from leap.training.dataset import Examples, build_examples, read_history
 from leap.training.train import fit_model, split
-from predictor.boosting import SMALL_ROWS, SMALL_SIZE, predict_distinct
+from predictor.boosting import JOB_EFFECT_COARSENING, SMALL_ROWS, SMALL_SIZE, predict_distinct
 from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput, evidence_level
 from predictor.models import LookupTable, PairedTransfer, PriorTransfer
 from predictor.registry import Registry, RegistryError
@@ -242,20 +242,28 @@ def test_a_first_base_fit_is_grown_only_to_estimate_the_jobs_speed(
         examples: Examples, monkeypatch: pytest.MonkeyPatch) -> None:
     from predictor import lgbm
 
-    fitted: list[int] = []
+    fitted: list[tuple[int, float]] = []
     real = lgbm.train_and_score
 
     def counting(params: dict[str, Any], data: Any, rounds: int) -> Any:
-        fitted.append(rounds)
+        fitted.append((rounds, params["learning_rate"]))
         return real(params, data, rounds)
 
     monkeypatch.setattr(lgbm, "train_and_score", counting)
     monkeypatch.setattr(lgbm, "HOLDOUT_FROM", 1000)  # one base model a fit, not one a fold
     train = split(examples, float(np.floor(examples.submit_time.max() / 86400) * 86400) + 86400, window_days=30).train
-    small: dict[str, Any] = {"n_estimators": 12, "num_leaves": 7, "num_threads": 1, "selectors": False}
-    for job_effects, fits in ((True, 2), (False, 1)):
+    small: dict[str, Any] = {"n_estimators": 12, "num_leaves": 7, "num_threads": 1, "selectors": False,
+                             "learning_rate": 0.1}
+    coarse = (12 // JOB_EFFECT_COARSENING, pytest.approx(0.1 * JOB_EFFECT_COARSENING))
+    for job_effects, fits in ((True, [coarse, (12, 0.1)]), (False, [(12, 0.1)])):
         fitted.clear()
         model = LightGBMThroughput(**small, job_effects=job_effects).fit(train.rows, train.y, train.job_key)
-        # the learned roofline reads the targets either way; only the jobs' speed needs a first fit
+        # the learned roofline reads the targets either way; only the jobs' speed needs a first fit,
+        # a coarser one (fewer trees, a higher rate) from HOLDOUT_FROM rows on
         assert model.roofline_ is not None and model.base_ is not None
-        assert fitted == [12] * fits
+        assert fitted == fits
+    # below HOLDOUT_FROM rows (scored out of fold) every base fit, the first included, is whole
+    monkeypatch.setattr(lgbm, "HOLDOUT_FROM", len(train.y) + 1)
+    fitted.clear()
+    LightGBMThroughput(**small).fit(train.rows, train.y, train.job_key)
+    assert len(fitted) > 2 and set(fitted) == {(12, 0.1)}
