@@ -31,10 +31,6 @@ LARGE_SIZE: dict[str, float] = {"num_leaves": 63, "n_estimators": 300, "min_chil
 #: tuning seeds scored the same). Smaller fits cost little and keep it whole: on a public table of
 #: a few thousand rows the coarse fit moved the estimates of first attempts.
 JOB_EFFECT_COARSENING = 3
-#: The served base fit, from :data:`HOLDOUT_FROM` training rows on, grows this many times fewer trees
-#: at this many times the rate: serving walks it on every candidate and on the job's prior hardware,
-#: which made its trees most of a ranking's cost; the simulator's tuning seeds scored the same.
-BASE_COARSENING = 2
 #: LightGBM's categorical settings (its defaults from :data:`HOLDOUT_FROM` rows on). Its own
 #: defaults (100 rows per category, smoothing 10) never split on a hardware type with a few dozen
 #: rows, which is every type of a public measurement table.

@@ -44,7 +44,6 @@ import numpy as np
 
 from features.rows import CATEGORICAL, GROUPS, PAIR_COLUMNS, Rows, hardware_table, with_hardware
 from predictor.boosting import (
-    BASE_COARSENING,
     CATEGORY_SETTINGS,
     FEW_ROWS_CATEGORY_SETTINGS,
     HOLDOUT_FROM,
@@ -499,7 +498,7 @@ class LightGBMThroughput(ThroughputModel):
         if self.learned_roofline and "config" in self.feature_groups and usable_rows(rows) >= 1000:
             self.roofline_ = LearnedRoofline(seed=self.seed).fit(rows, target)
             self.base_features_.append(LEARNED_ROOFLINE)
-        self.base_, fitted = train_base(target, BASE_COARSENING if len(y) >= HOLDOUT_FROM else 1)
+        self.base_, fitted = train_base(target)
         # Linear leaves extrapolate: for a configuration far from those it was fitted on, the ratio
         # between two parts can take any size (e^19 on one simulator row). Ratios are kept within
         # the span the base model gives its own training rows.

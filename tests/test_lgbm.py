@@ -12,7 +12,7 @@ from leap.core.accuracy import TRUST_GRID, summary
 from leap.core.hardware import load_catalogue
 from leap.training.dataset import Examples, build_examples, read_history
 from leap.training.train import fit_model, split
-from predictor.boosting import BASE_COARSENING, JOB_EFFECT_COARSENING, SMALL_ROWS, SMALL_SIZE, predict_distinct
+from predictor.boosting import JOB_EFFECT_COARSENING, SMALL_ROWS, SMALL_SIZE, predict_distinct
 from predictor.lgbm import EVIDENCE, LEARNED_ROOFLINE, LightGBMThroughput, evidence_level
 from predictor.models import LookupTable, PairedTransfer, PriorTransfer
 from predictor.registry import Registry, RegistryError
@@ -238,7 +238,7 @@ def test_main_model_stops_on_its_held_out_tenth_and_keeps_the_trees_it_grew(
 
 
 
-def test_the_base_fits_are_coarser_from_holdout_from_rows_on_and_whole_below(
+def test_a_first_base_fit_is_grown_only_to_estimate_the_jobs_speed(
         examples: Examples, monkeypatch: pytest.MonkeyPatch) -> None:
     from predictor import lgbm
 
@@ -255,12 +255,11 @@ def test_the_base_fits_are_coarser_from_holdout_from_rows_on_and_whole_below(
     small: dict[str, Any] = {"n_estimators": 12, "num_leaves": 7, "num_threads": 1, "selectors": False,
                              "learning_rate": 0.1}
     coarse = (12 // JOB_EFFECT_COARSENING, pytest.approx(0.1 * JOB_EFFECT_COARSENING))
-    served = (12 // BASE_COARSENING, pytest.approx(0.1 * BASE_COARSENING))
-    for job_effects, fits in ((True, [coarse, served]), (False, [served])):
+    for job_effects, fits in ((True, [coarse, (12, 0.1)]), (False, [(12, 0.1)])):
         fitted.clear()
         model = LightGBMThroughput(**small, job_effects=job_effects).fit(train.rows, train.y, train.job_key)
-        # the learned roofline reads the targets either way; only the jobs' speed needs a first fit;
-        # from HOLDOUT_FROM rows on both fits are coarser (fewer trees, a higher rate), the first more
+        # the learned roofline reads the targets either way; only the jobs' speed needs a first fit,
+        # a coarser one (fewer trees, a higher rate) from HOLDOUT_FROM rows on
         assert model.roofline_ is not None and model.base_ is not None
         assert fitted == fits
     # below HOLDOUT_FROM rows (scored out of fold) every base fit, the first included, is whole
